@@ -1,0 +1,1 @@
+"""Numerics kernels (torch + triton). Never imports titan_fp8."""
