@@ -1,0 +1,394 @@
+"""Mixture-of-Experts layer: router, sync-free dropless dispatch, grouped SwiGLU experts.
+
+Data flow of `MoE.forward` for N tokens, E experts, top-k routing (no host syncs anywhere):
+
+  route      fp32 router scores [N, E] -> top-k experts and weights [N, k]
+  permute    stable sort of the N*k (token, slot) pairs by expert; each expert's group is padded to a
+             multiple of `token_group_align` rows inside a buffer whose size depends only on N, k, E
+             and the alignment; padding rows are zero; offs = cumulative group ends (int32)
+  experts    ONE grouped GEMM per weight over all experts (SwiGLU)
+  unpermute  every token gathers its k expert outputs and sums them weighted by its router weights
+
+Every gather's backward writes to unique rows or is a fixed-order sum over the k slots, so neither
+direction needs atomics: the backward is deterministic as well as the forward.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.profiler import record_function
+
+__all__ = ["MoEArgs", "grouped_mm", "GroupedExperts", "Router", "FeedForward", "MoE"]
+
+
+@dataclass
+class MoEArgs:
+    num_experts: int = 8
+    top_k: int = 2
+    hidden_dim: int = 1408  # routed expert hidden size
+    score_func: str = "softmax"  # "softmax" | "sigmoid"
+    route_norm: bool = False  # renormalise the top-k weights to sum 1 (DeepSeek V3 with sigmoid)
+    load_balance: str = "aux_loss"  # "aux_loss" | "aux_free" | "none"
+    aux_loss_coef: float = 0.01
+    bias_update_rate: float = 1e-3  # aux-loss-free bias step
+    num_shared_experts: int = 0  # 0 = no shared expert
+    shared_hidden_dim: int = 0  # hidden size of one shared expert (SwiGLU)
+
+    def __post_init__(self):
+        def bad(key, value, allowed):
+            raise ValueError(f"MoEArgs.{key}={value!r} is invalid; allowed: {allowed}")
+
+        if self.num_experts < 1:
+            bad("num_experts", self.num_experts, ">= 1")
+        if not 1 <= self.top_k <= self.num_experts:
+            bad("top_k", self.top_k, f"1..num_experts ({self.num_experts})")
+        if self.hidden_dim < 1:
+            bad("hidden_dim", self.hidden_dim, ">= 1")
+        if self.score_func not in ("softmax", "sigmoid"):
+            bad("score_func", self.score_func, "'softmax' | 'sigmoid'")
+        if self.load_balance not in ("aux_loss", "aux_free", "none"):
+            bad("load_balance", self.load_balance, "'aux_loss' | 'aux_free' | 'none'")
+        if self.aux_loss_coef < 0:
+            bad("aux_loss_coef", self.aux_loss_coef, ">= 0")
+        if self.bias_update_rate < 0:
+            bad("bias_update_rate", self.bias_update_rate, ">= 0")
+        if self.num_shared_experts < 0:
+            bad("num_shared_experts", self.num_shared_experts, ">= 0")
+        if self.num_shared_experts > 0 and self.shared_hidden_dim < 1:
+            bad("shared_hidden_dim", self.shared_hidden_dim, ">= 1 when num_shared_experts > 0")
+
+
+# ---------------------------------------------------------------------------------------------
+# grouped GEMM
+# ---------------------------------------------------------------------------------------------
+
+
+def _probe_cpu_grouped_mm() -> frozenset:
+    """dtypes for which torch._grouped_mm runs on CPU in this torch (2.13: fp32, bf16; older: none)."""
+    ok = set()
+    for dtype in (torch.float32, torch.bfloat16):
+        try:
+            x = torch.ones(4, 8, dtype=dtype)
+            w = torch.ones(2, 8, 8, dtype=dtype)
+            out = torch._grouped_mm(x, w.transpose(-2, -1), offs=torch.tensor([1, 4], dtype=torch.int32))
+            if out.shape == (4, 8) and bool((out == 8).all()):
+                ok.add(dtype)
+        except Exception:  # not implemented on CPU in this torch: use the loop
+            pass
+    return frozenset(ok)
+
+
+_CPU_GROUPED_MM_DTYPES = _probe_cpu_grouped_mm()
+
+
+def _aligned_16_bytes(t: Tensor) -> bool:
+    # torch._grouped_mm needs the leading stride 16-byte aligned (it checks it and raises).
+    # (data_ptr is not traceable; under torch.compile buffers come from the aligned allocator)
+    step = 16 // t.element_size()
+    if not torch.compiler.is_compiling() and t.data_ptr() % 16:
+        return False
+    return all(s % step == 0 for s in t.stride()[:-1]) and t.stride(-1) == 1
+
+
+def _use_torch_grouped_mm(x: Tensor, w: Tensor) -> bool:
+    if x.dtype != w.dtype or x.dim() != 2 or w.dim() != 3:
+        return False
+    if not (x.is_contiguous() and w.is_contiguous() and _aligned_16_bytes(x) and _aligned_16_bytes(w)):
+        return False
+    if x.device.type == "cuda":
+        # bf16 only (torch's CUDA kernel takes nothing else). No capability query here: it would be
+        # traced by torch.compile; torch >= 2.9 runs _grouped_mm on pre-sm90 GPUs through a fallback.
+        return x.dtype == torch.bfloat16
+    if x.device.type == "cpu":
+        # torch's meta kernel for _grouped_mm accepts bf16 only, so compiled fp32 takes the loop
+        return x.dtype in _CPU_GROUPED_MM_DTYPES and (x.dtype == torch.bfloat16 or not torch.compiler.is_compiling())
+    return False
+
+
+def _row_group(offs: Tensor, num_rows: int) -> Tensor:
+    """Group index of every row (len(offs) for rows at or past offs[-1])."""
+    rows = torch.arange(num_rows, device=offs.device, dtype=offs.dtype)
+    return torch.searchsorted(offs, rows, right=True)
+
+
+def _grouped_mm_loop(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+    # One dense GEMM per expert over all rows, keeping that expert's rows: E times the FLOPs of the
+    # grouped GEMM, but no host sync (no slicing by data-dependent offsets), any dtype, any device.
+    group = _row_group(offs, x.shape[0]).unsqueeze(1)
+    out = x.new_zeros(x.shape[0], w.shape[1])
+    for e in range(w.shape[0]):
+        mine = group == e  # masking the input too keeps other rows (even non-finite) out of w's grad
+        out = torch.where(mine, torch.where(mine, x, 0) @ w[e].transpose(0, 1), out)
+    return out
+
+
+def grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
+    """x [T, in] sorted by expert, w [E, out, in], offs int32 [E] cumulative END offsets.
+
+    out [T, out] with out[s:e] = x[s:e] @ w[i].T for group i = [offs[i-1], offs[i]). Groups may be
+    empty. Rows at or past offs[-1] are padding: their output and their input gradient are zero.
+    offs must be non-decreasing with offs[-1] <= T; that is not checked (checking would sync).
+    Uses torch._grouped_mm for bf16 on CUDA and on CPU where this torch has it (fp32/bf16 in 2.13;
+    bf16 only under torch.compile), a masked per-expert loop elsewhere (fp64, fp32 on CUDA, other
+    devices). Both give the same result.
+    """
+    if x.dim() != 2 or w.dim() != 3 or x.shape[1] != w.shape[2]:
+        raise ValueError(f"grouped_mm: expected x [T, in] and w [E, out, in], got x {tuple(x.shape)}, "
+                         f"w {tuple(w.shape)}")
+    if offs.dim() != 1 or offs.shape[0] != w.shape[0] or offs.dtype != torch.int32:
+        raise ValueError(f"grouped_mm: offs must be int32 [E={w.shape[0]}], got {offs.dtype} "
+                         f"{tuple(offs.shape)}")
+    if not _use_torch_grouped_mm(x, w):
+        return _grouped_mm_loop(x, w, offs)
+    # torch._grouped_mm leaves rows past offs[-1] uninitialised, in the output and in the input
+    # gradient; the two masks make them zero. Where the caller fills the buffer exactly (MoE always
+    # does: offs[-1] == T) they select everything, and torch.compile fuses them into neighbours.
+    valid = (_row_group(offs, x.shape[0]) < w.shape[0]).unsqueeze(1)
+    x = torch.where(valid, x, 0)
+    out = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+    return torch.where(valid, out, 0)
+
+
+class GroupedExperts(nn.Module):
+    """E SwiGLU experts as 3-D weights [experts, out, in]; tokens arrive sorted by expert."""
+
+    mm = staticmethod(grouped_mm)  # the float8 layer swaps this attribute on an instance
+
+    def __init__(self, dim: int, hidden_dim: int, num_experts: int):
+        super().__init__()
+        self.dim, self.hidden_dim, self.num_experts = dim, hidden_dim, num_experts
+        self.w1 = nn.Parameter(torch.empty(num_experts, hidden_dim, dim))
+        self.w2 = nn.Parameter(torch.empty(num_experts, dim, hidden_dim))
+        self.w3 = nn.Parameter(torch.empty(num_experts, hidden_dim, dim))
+
+    def forward(self, x_sorted: Tensor, offs: Tensor) -> Tensor:
+        h = F.silu(self.mm(x_sorted, self.w1, offs)) * self.mm(x_sorted, self.w3, offs)
+        return self.mm(h, self.w2, offs)
+
+    def init_weights(self, std: float):
+        nn.init.trunc_normal_(self.w1, mean=0.0, std=0.02)
+        nn.init.trunc_normal_(self.w2, mean=0.0, std=std)
+        nn.init.trunc_normal_(self.w3, mean=0.0, std=std)
+
+
+class FeedForward(nn.Module):
+    """Dense SwiGLU: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, dim: int, hidden_dim: int):
+        super().__init__()
+        self.w1 = nn.Linear(dim, hidden_dim, bias=False)
+        self.w2 = nn.Linear(hidden_dim, dim, bias=False)
+        self.w3 = nn.Linear(dim, hidden_dim, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+    def init_weights(self, std: float):
+        nn.init.trunc_normal_(self.w1.weight, mean=0.0, std=0.02)
+        nn.init.trunc_normal_(self.w2.weight, mean=0.0, std=std)
+        nn.init.trunc_normal_(self.w3.weight, mean=0.0, std=std)
+
+
+# ---------------------------------------------------------------------------------------------
+# router
+# ---------------------------------------------------------------------------------------------
+
+
+class Router(nn.Module):
+    """Token-choice top-k router computed in fp32 (fp64 when the input is fp64).
+
+    aux_free (DeepSeek V3): `expert_bias` is added to the scores only to SELECT experts; the weights
+    that scale expert outputs are the unbiased scores.
+    """
+
+    def __init__(self, dim: int, args: MoEArgs):
+        super().__init__()
+        self.num_experts, self.top_k = args.num_experts, args.top_k
+        self.score_func, self.route_norm = args.score_func, args.route_norm
+        self.use_bias = args.load_balance == "aux_free"
+        self.gate = nn.Linear(dim, args.num_experts, bias=False)
+        self.register_buffer("expert_bias", torch.zeros(args.num_experts), persistent=True)
+
+    def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """x [N, D] -> (weights [N, k] fp32, experts [N, k] int64, scores [N, E] fp32)."""
+        dtype = torch.promote_types(x.dtype, torch.float32)
+        logits = F.linear(x.to(dtype), self.gate.weight.to(dtype))
+        if self.score_func == "softmax":
+            scores = torch.softmax(logits, dim=-1)
+        else:
+            scores = torch.sigmoid(logits)
+        select = scores + self.expert_bias.to(dtype) if self.use_bias else scores
+        _, experts = torch.topk(select, self.top_k, dim=-1, sorted=False)
+        weights = scores.gather(1, experts)
+        if self.route_norm:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-20)
+        return weights, experts, scores
+
+    def init_weights(self, std: float = 0.02):
+        nn.init.trunc_normal_(self.gate.weight, mean=0.0, std=std)
+        self.expert_bias.zero_()
+
+
+# ---------------------------------------------------------------------------------------------
+# dispatch
+# ---------------------------------------------------------------------------------------------
+
+
+def padded_buffer_rows(num_pairs: int, num_experts: int, align: int) -> int:
+    """Rows of the expert buffer: all (token, slot) pairs plus the worst-case padding, a multiple
+    of `align`. Depends only on static sizes, so no host sync is needed to allocate it."""
+    if align == 1:
+        return num_pairs
+    return (num_pairs + num_experts * (align - 1) + align - 1) // align * align
+
+
+def dispatch_plan(experts: Tensor, num_experts: int, align: int):
+    """Where every (token, slot) pair goes in the expert buffer. All on device, no host sync.
+
+    experts [N, k] int64 -> (src [P] rows of x for each buffer row (N = zero padding row),
+    pos [N*k] buffer row of each (token, slot) pair, offs int32 [E] cumulative group ends with
+    offs[-1] == P, counts int64 [E] unpadded tokens per expert).
+    """
+    n, k = experts.shape
+    flat = experts.reshape(-1)
+    num_rows = padded_buffer_rows(n * k, num_experts, align)
+    # stable: inside an expert's group, pairs stay in (token, slot) order -> deterministic layout
+    sorted_experts, order = torch.sort(flat, stable=True)
+    ids = torch.arange(num_experts, device=flat.device, dtype=flat.dtype)
+    ends = torch.searchsorted(sorted_experts, ids, right=True)  # unpadded cumulative ends
+    counts = torch.diff(ends, prepend=ends.new_zeros(1))
+    if align == 1:
+        dest = torch.arange(n * k, device=flat.device)
+        offs = ends.to(torch.int32)
+    else:
+        padded = (counts + align - 1) // align * align
+        padded_ends = torch.cumsum(padded, 0)
+        shift = (padded_ends - padded) - (ends - counts)  # padded start - unpadded start
+        dest = torch.arange(n * k, device=flat.device) + shift[sorted_experts]
+        # The slack after the last real group joins the last group (zero rows, zero output), so
+        # offs[-1] == num_rows and the grouped GEMM has no tail rows.
+        offs = torch.cat([padded_ends[:-1], padded_ends.new_full((1,), num_rows)]).to(torch.int32)
+    token = torch.div(order, k, rounding_mode="floor")
+    src = torch.full((num_rows,), n, device=flat.device, dtype=torch.int64).index_put((dest,), token)
+    pos = torch.empty_like(dest).index_put((order,), dest)
+    return src, pos, offs, counts
+
+
+class _Permute(torch.autograd.Function):
+    """x [N, D] -> buffer [P, D] with buffer[r] = x[src[r]] (zero where src[r] == N).
+
+    Backward gathers the k rows of every token and sums them in slot order instead of the
+    atomic scatter-add that plain indexing would use: deterministic.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor, src: Tensor, pos: Tensor, k: int) -> Tensor:
+        ctx.save_for_backward(pos)
+        ctx.k = k
+        x_ext = torch.cat([x, x.new_zeros(1, x.shape[1])])
+        return x_ext.index_select(0, src)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        (pos,) = ctx.saved_tensors
+        d = grad.shape[1]
+        grad_x = grad.index_select(0, pos).view(-1, ctx.k, d).sum(dim=1)
+        return grad_x, None, None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# MoE layer
+# ---------------------------------------------------------------------------------------------
+
+
+class MoE(nn.Module):
+    """Routed experts (+ optional shared expert). See the module docstring for the data flow."""
+
+    def __init__(self, dim: int, args: MoEArgs):
+        super().__init__()
+        self.args = args
+        self.dim = dim
+        self.num_experts, self.top_k = args.num_experts, args.top_k
+        # Rows per expert group are padded to a multiple of this. bf16 torch._grouped_mm needs no
+        # group alignment on sm90 (it checks 16-byte alignment only for groups laid along the
+        # contracting dim of a row-major operand, which the wgrad layout avoids; torchtitan now uses
+        # 1 for bf16). fp8 row-wise GEMMs need 16, MXFP8 needs 32 (its K-blocks run along tokens
+        # in the weight gradient): the float8 conversion sets it.
+        self.token_group_align = 1
+        self.router = Router(dim, args)
+        self.experts = GroupedExperts(dim, args.hidden_dim, args.num_experts)
+        self.shared_expert = (
+            FeedForward(dim, args.num_shared_experts * args.shared_hidden_dim)
+            if args.num_shared_experts > 0 else None
+        )
+        # tokens routed to each expert since the last update_bias (aux_free): summed over
+        # gradient-accumulation micro-batches; a recompute under activation checkpointing adds the
+        # same counts again, which scales every expert alike and so leaves the signs unchanged.
+        # (int64: exact at any count, and Module.to(bfloat16) leaves integer buffers alone)
+        self.register_buffer("load_since_update", torch.zeros(args.num_experts, dtype=torch.int64),
+                             persistent=False)
+        self.aux_loss: Tensor = torch.zeros(())
+        self.tokens_per_expert: Tensor = torch.zeros(args.num_experts, dtype=torch.int64)
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.dim() != 3 or x.shape[-1] != self.dim:
+            raise ValueError(f"MoE: expected x [B, S, {self.dim}], got {tuple(x.shape)}")
+        shape = x.shape
+        xf = x.reshape(-1, self.dim)
+        n, k = xf.shape[0], self.top_k
+
+        with record_function("moe.route"):
+            weights, experts, scores = self.router(xf)
+        with record_function("moe.permute"):
+            with torch.no_grad():
+                src, pos, offs, counts = dispatch_plan(experts, self.num_experts, self.token_group_align)
+            x_buf = _Permute.apply(xf, src, pos, k)
+        with record_function("moe.experts"):
+            y_buf = self.experts(x_buf, offs)
+        with record_function("moe.unpermute"):
+            # each token's k outputs, summed in slot order with its router weights (fp32 sum)
+            y_pairs = y_buf.index_select(0, pos).view(n, k, self.dim)
+            y = (y_pairs.to(weights.dtype) * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
+        if self.shared_expert is not None:
+            y = y + self.shared_expert(xf)
+
+        self.tokens_per_expert = counts
+        self.aux_loss = self._aux_loss(scores, counts, n)
+        if self.args.load_balance == "aux_free" and self.training:
+            with torch.no_grad():
+                self.load_since_update.add_(counts)
+        return y.view(shape)
+
+    def _aux_loss(self, scores: Tensor, counts: Tensor, n: int) -> Tensor:
+        """Switch-style load-balance loss over the batch, as DeepSeek V3 writes it for top-k:
+        coef * sum_i f_i * P_i, f_i = E/(k N) * tokens_i, P_i = mean over tokens of the normalised
+        score of expert i. Equals coef when routing is perfectly balanced."""
+        if self.args.load_balance != "aux_loss" or self.args.aux_loss_coef == 0:
+            return scores.new_zeros(())
+        probs = scores if self.args.score_func == "softmax" else scores / scores.sum(-1, keepdim=True)
+        f = counts.to(scores.dtype) * (self.num_experts / (self.top_k * n))
+        return self.args.aux_loss_coef * (f * probs.mean(dim=0)).sum()
+
+    @torch.no_grad()
+    def update_bias(self, load: Tensor | None = None):
+        """aux_free: bias += rate * sign(mean load - load), on device (no host sync).
+
+        `load` overrides the locally counted tokens (the trainer passes the all-reduced counts so
+        that every data-parallel rank moves its biases the same way). Resets the count."""
+        if self.args.load_balance != "aux_free":
+            return
+        load = self.load_since_update if load is None else load
+        load = load.to(self.router.expert_bias.dtype)
+        step = torch.sign(load.mean() - load) * self.args.bias_update_rate
+        self.router.expert_bias.add_(step)
+        self.load_since_update.zero_()
+
+    def init_weights(self, init_std: float):
+        self.router.init_weights()
+        self.experts.init_weights(init_std)
+        if self.shared_expert is not None:
+            self.shared_expert.init_weights(init_std)
+        self.load_since_update.zero_()
