@@ -1,0 +1,51 @@
+"""MXFP8 with coarser scale sharing, for the fast grouped-GEMM paths (plain PyTorch, any device).
+
+`to_mxfp8_blocked(x, dim, block, tile)` returns an ordinary MXFP8 pair in kernels.mxfp8's layout (data
+e4m3fn with x's shape, one E8M0 byte per 1x32 block along `dim`), but computes ONE scale for every
+`block` elements along `dim` x `tile` rows of the other of the last two axes, from that region's amax with
+the format's own rule (kernels.mxfp8.reference: e = ceil(log2(amax / 448)), exact), and writes it into each
+1x32 block it covers. block=32, tile=1 is exactly kernels.mxfp8.to_mxfp8. Every 1x32 block still has its
+scale, so any MXFP8 reader decodes the result; the scale is just shared more widely (less precision for
+small values next to large ones: a coarser quantization, stated wherever it is used).
+
+Since e is monotone in amax, the shared scale equals the largest of the 1x32 scales it covers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.mxfp8.reference import BLOCK, _quantize_blocks, check_input
+
+
+def to_mxfp8_blocked(x: torch.Tensor, dim: int = -1, block: int = 32, tile: int = 1):
+    """Quantize x ([..., R, C], 2-D or more) along dim (one of the last two) with scales shared over
+    block (along dim, a multiple of 32) x tile (across, >= 1). Returns (data, scale) as to_mxfp8 does."""
+    if x.ndim < 2:
+        raise ValueError(f"to_mxfp8_blocked: x must have at least 2 dims, got shape {tuple(x.shape)}")
+    d = check_input(x, dim, "to_mxfp8_blocked")
+    if d < x.ndim - 2:
+        raise ValueError(f"to_mxfp8_blocked: dim={dim} must be one of the last two dims of shape {tuple(x.shape)}")
+    if block % BLOCK or block <= 0:
+        raise ValueError(f"to_mxfp8_blocked: block={block} must be a positive multiple of {BLOCK}")
+    if tile < 1:
+        raise ValueError(f"to_mxfp8_blocked: tile={tile} must be >= 1")
+    along_rows = d == x.ndim - 2
+    xt = x.transpose(-1, -2) if along_rows else x  # scaled axis last
+    *lead, R, C = xt.shape
+    pr, pc = (-R) % tile, (-C) % block
+    xf = xt.to(torch.float32)
+    if pr or pc:
+        xf = torch.nn.functional.pad(xf, (0, pc, 0, pr))  # zeros leave every amax unchanged
+    Rp, Cp = R + pr, C + pc
+    t = xf.reshape(*lead, Rp // tile, tile, Cp // block, block).transpose(-3, -2)
+    t = t.reshape(*lead, Rp // tile, Cp // block, tile * block)
+    amax = t.abs().amax(-1) if t.numel() else t.new_zeros(t.shape[:-1])
+    nonfinite = ~torch.isfinite(t).all(-1)
+    data, s = _quantize_blocks(t, amax, nonfinite)  # data uint8 [..., Rp/t, Cp/b, t*b], s [..., Rp/t, Cp/b]
+    data = data.reshape(*lead, Rp // tile, Cp // block, tile, block).transpose(-3, -2)
+    data = data.reshape(*lead, Rp, Cp)[..., :R, :C]
+    scale = s.repeat_interleave(tile, dim=-2).repeat_interleave(block // BLOCK, dim=-1)[..., :R, : C // BLOCK]
+    if along_rows:
+        data, scale = data.transpose(-1, -2), scale.transpose(-1, -2)
+    return data.contiguous().view(torch.float8_e4m3fn), scale.contiguous()

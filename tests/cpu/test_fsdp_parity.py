@@ -1,0 +1,65 @@
+"""2-process FSDP2 (gloo) training of the debug model matches a 1-process run step for step, in fp32.
+
+Both runs see the same global batches (the 1-rank run takes local batch 4 = 2 ranks x 2) and start from the
+same weights, so the per-step loss and the global grad norm must agree to rounding. The grad-norm match also
+shows that the norm of DTensor-sharded gradients is reduced over ranks (a per-shard norm would be ~1/sqrt(2)
+of it).
+"""
+
+import math
+import os
+
+import pytest
+
+from _train_runs import METRIC_KEYS, baseline_two_ranks, metrics, one_rank
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    two = baseline_two_ranks(str(tmp_path_factory.getbasetemp()))
+    one = one_rank(str(tmp_path_factory.getbasetemp()))
+    with open(os.path.join(one, "stdout.txt")) as f:
+        stdout = f.read()
+    return metrics(one), metrics(two), stdout
+
+
+def test_two_ranks_match_one_rank_step_for_step(runs):
+    one, two, _ = runs
+    assert [r["step"] for r in one] == [r["step"] for r in two] == list(range(1, 7))
+    for a, b in zip(one, two):
+        for key in ("loss", "grad_norm"):
+            rel = abs(a[key] - b[key]) / abs(a[key])
+            assert rel < 1e-5, f"step {a['step']} {key}: 1 rank {a[key]} vs 2 ranks {b[key]} (rel {rel:.2e})"
+        assert a["lr"] == pytest.approx(b["lr"], rel=1e-12)
+    # the comparison means something only if training moved the weights
+    assert abs(one[-1]["loss"] - one[0]["loss"]) > 1e-2
+
+
+def test_metrics_records_are_complete(runs):
+    one, two, stdout = runs
+    for rec in one + two:
+        assert METRIC_KEYS <= set(rec), sorted(METRIC_KEYS - set(rec))
+        assert rec["mfu"] is None and rec["memory_gib"] is None  # CPU: no peak known, no device memory
+        assert rec["tps_per_gpu"] > 0 and math.isfinite(rec["loss"]) and 0 <= rec["data_wait_share"] <= 1
+    assert "summary: " in stdout
+
+
+def test_two_ranks_log_once(tmp_path_factory):
+    dump = baseline_two_ranks(str(tmp_path_factory.getbasetemp()))
+    # rank 0 alone writes metrics: one record per step, not two
+    assert len(metrics(dump)) == 6
+    assert os.path.isfile(os.path.join(dump, "summary.json"))
+
+
+def test_hsdp_matches_one_rank(tmp_path_factory, runs):
+    """data_parallel_shard_degree = 1 on 2 ranks: a (replicate 2, shard 1) mesh, i.e. HSDP. Same numbers."""
+    from _train_runs import TINY, explain, run_train
+
+    one, _, _ = runs
+    dump = str(tmp_path_factory.mktemp("hsdp"))
+    proc = run_train(dump, 2, [*TINY, "--training.local_batch_size=2", "--parallelism.data_parallel_shard_degree=1"])
+    assert proc.returncode == 0, explain(proc)
+    assert "('dp_replicate', 'dp_shard')" in proc.stdout
+    for a, b in zip(one, metrics(dump)):
+        for key in ("loss", "grad_norm"):
+            assert abs(a[key] - b[key]) / abs(a[key]) < 1e-5, (a["step"], key, a[key], b[key])

@@ -1,0 +1,281 @@
+"""MXFP8 grouped GEMMs (kernels/grouped_gemm) and the experts autograd op (titan_fp8/float8/experts.py).
+
+Triton kernels run interpreted on CPU (TRITON_INTERPRET=1, set by tests/conftest.py) at tiny shapes; every
+result is compared with the float64 dequantize-then-matmul references on fresh random data. Shapes are
+chosen so that no size is a multiple of the kernels' tiles, groups are uneven, some are empty, and
+offs[-1] < M (padding rows, filled with NaN to prove they are never read into a real row).
+"""
+import pytest
+import torch
+
+from kernels.grouped_gemm import (
+    _launch_nt,
+    _launch_wgrad,
+    grouped_mm_dgrad_reference,
+    grouped_mm_fprop_reference,
+    grouped_mm_wgrad_reference,
+    mxfp8_grouped_mm_dgrad,
+    mxfp8_grouped_mm_fprop,
+    mxfp8_grouped_mm_wgrad,
+)
+from kernels.grouped_gemm.quant import to_mxfp8_blocked
+from kernels.mxfp8 import from_mxfp8, to_mxfp8
+
+TOL_BF16 = 3e-3  # norm-wise, bf16 output (bf16 rounding alone gives ~1.7e-3)
+TOL_FP32 = 1e-5  # fp32 output: only fp32 accumulation order differs from the float64 reference
+
+
+def rel(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def offs_t(v):
+    return torch.tensor(v, dtype=torch.int32)
+
+
+# ------------------------------------------------------------------------------------------ quantization
+@pytest.mark.parametrize("dim", [-1, -2])
+def test_blocked_32x1_is_plain_mxfp8(dim):
+    x = torch.randn(3, 64, 96) * torch.exp(torch.randn(3, 64, 1) * 3)
+    x[0, :32, :32] = 0.0  # an all-zero block
+    d, s = to_mxfp8_blocked(x, dim, 32, 1)
+    d0, s0 = to_mxfp8(x, dim, backend="reference")
+    assert torch.equal(d.view(torch.uint8), d0.view(torch.uint8)) and torch.equal(s, s0)
+
+
+@pytest.mark.parametrize("block,tile", [(128, 1), (64, 128), (128, 128)])
+def test_blocked_shares_the_largest_fine_scale(block, tile):
+    x = torch.randn(160, 224) * torch.exp(torch.randn(160, 1) * 2)  # 224 % 128 != 0: a partial run
+    d, s = to_mxfp8_blocked(x, -1, block, tile)
+    _, s32 = to_mxfp8(x, -1, backend="reference")
+    # the shared scale is the max of the 1x32 scales it covers (e is monotone in amax) ...
+    run = block // 32
+    for r0 in range(0, 160, tile):
+        for c0 in range(0, s.shape[1], run):
+            region = s[r0:r0 + tile, c0:c0 + run]
+            assert (region == region.flatten()[0]).all()
+            assert region.flatten()[0] == s32[r0:r0 + tile, c0:c0 + run].max()
+    # ... and the pair decodes like any MXFP8 tensor, within e4m3's error
+    assert rel(from_mxfp8(d, s), x) < 0.04
+
+
+# ------------------------------------------------------------------------------------------ fprop / dgrad
+def _rows_with_nan_padding(M, K, offs_last):
+    x = torch.randn(M, K) * torch.exp(torch.randn(M, 1))
+    x[offs_last:] = float("nan")
+    return x
+
+
+@pytest.mark.parametrize("block,tile", [(32, 1), (32, 128), (64, 1), (128, 128)])
+def test_fprop_matches_reference(block, tile):
+    torch.manual_seed(block + tile)
+    M, K, N, E = 100, 224, 160, 4   # K % 128 != 0, N % 128 != 0, M % 64 != 0
+    offs = offs_t([10, 10, 45, 90])  # uneven, one empty, rows 90.. are padding
+    x = _rows_with_nan_padding(M, K, 90)
+    w = torch.randn(E, N, K) * 0.05
+    ad, as_ = to_mxfp8_blocked(x, -1, block, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, block, tile)
+    out = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=block, w_tile=tile)
+    assert out.dtype == torch.bfloat16 and out.shape == (M, N)
+    ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
+    assert torch.equal(out[90:], torch.zeros_like(out[90:]))  # padding rows: zeros, not NaN
+    assert rel(out[:90], ref[:90]) < TOL_BF16
+    out32 = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, torch.float32, block=block, w_tile=tile)
+    assert rel(out32[:90], ref[:90]) < TOL_FP32
+
+
+@pytest.mark.parametrize("block,tile", [(32, 128), (128, 128), (32, 1)])
+def test_dgrad_matches_reference(block, tile):
+    torch.manual_seed(7 + block + tile)
+    M, N, K, E = 70, 160, 96, 3
+    offs = offs_t([0, 33, 61])
+    do = _rows_with_nan_padding(M, N, 61)
+    w = torch.randn(E, N, K) * 0.05
+    dd, ds = to_mxfp8_blocked(do, -1, block, 1)
+    wd, ws = to_mxfp8_blocked(w, -2, block, tile)  # W scaled along N: scale [E, N/32, K]
+    out = mxfp8_grouped_mm_dgrad(dd, ds, wd, ws, offs, block=block, w_tile=tile)
+    ref = grouped_mm_dgrad_reference(dd, ds, wd, ws, offs, out_dtype=torch.float64)
+    assert out.shape == (M, K)
+    assert torch.equal(out[61:], torch.zeros_like(out[61:]))
+    assert rel(out[:61], ref[:61]) < TOL_BF16
+
+
+def test_fprop_tma_and_pipelined_paths():
+    """The GPU defaults use TMA descriptors; the interpreter runs the same code path."""
+    torch.manual_seed(3)
+    M, K, N, E = 150, 256, 256, 3
+    offs = offs_t([40, 40, 130])
+    x = _rows_with_nan_padding(M, K, 130)
+    w = torch.randn(E, N, K) * 0.05
+    for block in (32, 128):
+        ad, as_ = to_mxfp8_blocked(x, -1, block, 1)
+        wd, ws = to_mxfp8_blocked(w, -1, block, 128)
+        ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
+        for extra in ({"USE_TMA": True}, {"PIPE": True, "USE_TMA": True}):
+            out = _launch_nt(ad, as_, wd, ws, offs, torch.float32, block, True, (64, 128, 1, 4, 3, 8, extra))
+            assert rel(out[:130], ref[:130]) < TOL_FP32, extra
+            assert torch.equal(out[130:], torch.zeros_like(out[130:]))
+
+
+def test_fprop_zeros_and_nonfinite():
+    M, K, N, E = 64, 64, 128, 2
+    offs = offs_t([20, 64])
+    x = torch.zeros(M, K)
+    x[5, 3] = float("inf")  # row 5's first block -> NaN scale -> row 5 NaN, no other row touched
+    w = torch.randn(E, N, K)
+    w[1, :, 32:] = 0.0  # zero blocks in expert 1 (scale byte 0 = 2^-127)
+    ad, as_ = to_mxfp8_blocked(x, -1, 32, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, 32, 1)
+    out = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs)
+    assert torch.isnan(out[5]).all()
+    others = torch.cat([out[:5], out[6:]])
+    assert torch.equal(others, torch.zeros_like(others))
+
+
+# ------------------------------------------------------------------------------------------ wgrad
+@pytest.mark.parametrize("block,tile", [(32, 1), (128, 1), (128, 128), (32, 128)])
+def test_wgrad_matches_reference(block, tile):
+    torch.manual_seed(11 + block + tile)
+    M, K, N = 320, 160, 96
+    offs = offs_t([10, 10, 45, 170, 250])  # boundaries inside 32- and 128-token blocks; one empty group
+    x = torch.randn(M, K)
+    do = torch.randn(M, N) * torch.exp(torch.randn(M, 1))
+    x[256:] = float("nan")  # whole 32-blocks past offs[-1]: never read into any group
+    do[256:] = float("nan")
+    xt, xs = to_mxfp8_blocked(x.t(), -1, block, tile)
+    dt, ds = to_mxfp8_blocked(do.t(), -1, block, 1)
+    out = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, block=block, a_tile=tile)
+    assert out.shape == (5, N, K) and out.dtype == torch.float32
+    ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))  # empty group
+    assert rel(out, ref) < TOL_FP32
+    outb = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, block=block, a_tile=tile)
+    assert rel(outb, ref) < TOL_BF16
+
+
+def test_wgrad_tma_path():
+    torch.manual_seed(5)
+    M, K, N = 384, 128, 128
+    offs = offs_t([100, 256, 300])
+    x, do = torch.randn(M, K), torch.randn(M, N)
+    xt, xs = to_mxfp8_blocked(x.t(), -1, 128, 128)
+    dt, ds = to_mxfp8_blocked(do.t(), -1, 128, 1)
+    out = _launch_wgrad(dt, ds, xt, xs, offs, torch.float32, 128, True, (64, 128, 4, 4, 8, {"USE_TMA": True}))
+    ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    assert rel(out, ref) < TOL_FP32
+
+
+# ------------------------------------------------------------------------------------------ errors
+def test_bad_inputs_name_the_culprit():
+    x = torch.randn(64, 64)
+    ad, as_ = to_mxfp8(x, -1, backend="reference")
+    wd, ws = to_mxfp8(torch.randn(2, 128, 64), -1, backend="reference")
+    offs = offs_t([32, 64])
+    with pytest.raises(ValueError, match="a_data must be a torch.float8_e4m3fn"):
+        mxfp8_grouped_mm_fprop(x, as_, wd, ws, offs)
+    with pytest.raises(ValueError, match="w_scale.shape"):
+        mxfp8_grouped_mm_fprop(ad, as_, wd, ws[:, :, :1], offs)
+    with pytest.raises(ValueError, match="offs must be a 1-D torch.int32"):
+        mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs.long())
+    with pytest.raises(ValueError, match="offs has 3 groups"):
+        mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs_t([1, 2, 3]))
+    with pytest.raises(ValueError, match="block=48"):
+        mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=48)
+    d40 = torch.zeros(16, 40, dtype=torch.float8_e4m3fn)
+    s40 = torch.zeros(16, 1, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="M=40 tokens is not a multiple of 32"):
+        mxfp8_grouped_mm_wgrad(d40, s40, d40, s40, offs)
+
+
+def test_declared_sharing_is_checked():
+    """block=128 / w_tile=128 on plain 1x32 operands must fail loudly (device-side assert), not compute."""
+    torch.manual_seed(0)
+    x = torch.randn(64, 256) * torch.exp(torch.randn(64, 8).repeat_interleave(32, 1) * 3)
+    ad, as_ = to_mxfp8(x, -1, backend="reference")
+    wd, ws = to_mxfp8_blocked(torch.randn(2, 128, 256), -1, 128, 128)
+    with pytest.raises(RuntimeError, match="not constant over runs"):
+        mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs_t([32, 64]), block=128, w_tile=128)
+
+
+def test_fake_impls_give_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        ad = torch.empty(96, 64, dtype=torch.float8_e4m3fn)
+        as_ = torch.empty(96, 2, dtype=torch.uint8)
+        wd = torch.empty(3, 128, 64, dtype=torch.float8_e4m3fn)
+        ws = torch.empty(3, 128, 2, dtype=torch.uint8)
+        offs = torch.empty(3, dtype=torch.int32)
+        assert mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, validate=False).shape == (96, 128)
+        wsn = torch.empty(3, 4, 64, dtype=torch.uint8)
+        dd = torch.empty(96, 128, dtype=torch.float8_e4m3fn)
+        dsc = torch.empty(96, 4, dtype=torch.uint8)
+        assert mxfp8_grouped_mm_dgrad(dd, dsc, wd, wsn, offs, validate=False).shape == (96, 64)
+        xt = torch.empty(64, 96, dtype=torch.float8_e4m3fn)
+        xts = torch.empty(64, 3, dtype=torch.uint8)
+        dt = torch.empty(128, 96, dtype=torch.float8_e4m3fn)
+        dts = torch.empty(128, 3, dtype=torch.uint8)
+        assert mxfp8_grouped_mm_wgrad(dt, dts, xt, xts, offs, validate=False).shape == (3, 128, 64)
+
+
+# ------------------------------------------------------------------------------------------ autograd op
+def _hp_grouped(x, w, offs):
+    out = torch.zeros(x.shape[0], w.shape[1], dtype=x.dtype)
+    s = 0
+    for e, t in enumerate(offs.tolist()):
+        out[s:t] = x[s:t] @ w[e].t()
+        s = t
+    return out
+
+
+@pytest.mark.parametrize("granularity", ["mx128", "mx32", "mx32_plain"])
+def test_autograd_op_kernels_match_emulation_and_high_precision(granularity):
+    from titan_fp8.float8.experts import mxfp8_grouped_mm
+    torch.manual_seed(1)
+    T, K, N, E = 200, 128, 160, 4
+    offs = offs_t([30, 30, 130, 170])
+    x = torch.randn(T, K).bfloat16()
+    x[170:] = float("nan")  # padding rows (torch._grouped_mm leaves them uninitialised)
+    w = (torch.randn(E, N, K) * 0.05).bfloat16()
+    go = torch.randn(T, N).bfloat16()
+    res = {}
+    for backend in ("emulated", "triton"):
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = mxfp8_grouped_mm(xr, wr, offs, granularity=granularity, backend=backend)
+        out.backward(go)
+        res[backend] = (out.detach(), xr.grad, wr.grad)
+    xh = x.double().nan_to_num(0.0).requires_grad_()
+    wh = w.double().requires_grad_()
+    outh = _hp_grouped(xh, wh, offs)
+    outh.backward(go.double())
+    for i, ref in enumerate((outh.detach(), xh.grad, wh.grad)):
+        emu, tri = res["emulated"][i], res["triton"][i]
+        assert torch.isfinite(tri).all()
+        assert rel(tri, emu) < 5e-3          # same quantized operands: only accumulation/rounding differs
+        assert rel(tri, ref) < 0.06          # e4m3 quantization of two operands (~0.027 each)
+    out, dx, _ = res["triton"]
+    assert torch.equal(out[170:], torch.zeros_like(out[170:]))
+    assert torch.equal(dx[170:], torch.zeros_like(dx[170:]))
+
+
+def test_autograd_op_saves_float8_not_bf16():
+    from titan_fp8.float8.experts import mxfp8_grouped_mm
+    T, K, N, E = 64, 64, 128, 2
+    x = torch.randn(T, K).bfloat16().requires_grad_()
+    w = (torch.randn(E, N, K) * 0.05).bfloat16().requires_grad_()
+    out = mxfp8_grouped_mm(x, w, offs_t([20, 64]), backend="emulated")
+    saved = out.grad_fn.saved_tensors
+    acts = [t for t in saved if t is not None and t.dim() == 2 and t.numel() >= T * K]
+    assert acts and all(t.dtype == torch.float8_e4m3fn for t in acts)
+    assert not any(t.dtype == torch.bfloat16 and t.dim() == 2 for t in saved if t is not None)
+
+
+def test_autograd_op_rejects_bad_inputs():
+    from titan_fp8.float8.experts import mxfp8_grouped_mm
+    x, w = torch.randn(64, 64), torch.randn(2, 128, 64)
+    with pytest.raises(ValueError, match="offs must be int32"):
+        mxfp8_grouped_mm(x, w, torch.tensor([32, 64]))
+    with pytest.raises(ValueError, match="granularity='mx16'"):
+        mxfp8_grouped_mm(x, w, offs_t([32, 64]), granularity="mx16")
+    with pytest.raises(ValueError, match="multiples of 32"):
+        mxfp8_grouped_mm(torch.randn(64, 40), torch.randn(2, 128, 40), offs_t([32, 64]))

@@ -1,0 +1,128 @@
+"""MXFP8 grouped GEMMs compiled on CUDA (Hopper) at MoE-like shapes, against the float64 references.
+
+Skips without CUDA. Covers the default launch configurations (TMA descriptors, 128x128 tiles), uneven and
+empty groups, groups that are not multiples of any tile, padding rows (NaN-filled: must never leak), and
+the autograd op against its emulated CPU twin. ~1 minute on an H200 (most of it compilation).
+"""
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+TOL_BF16 = 3e-3
+
+
+def rel(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def _offs(sizes, dev="cuda"):
+    return torch.tensor(sizes, device=dev).cumsum(0).to(torch.int32)
+
+
+SIZES = [1000, 0, 3000, 17, 2560, 4096, 0, 1111]  # 11784 tokens, two empty experts, none a tile multiple
+
+
+@pytest.mark.parametrize("block,tile", [(128, 128), (32, 128), (32, 1), (64, 128)])
+@pytest.mark.parametrize("K,N", [(2048, 1408), (7168, 512)])
+def test_fprop_dgrad_gpu(block, tile, K, N):
+    from kernels.grouped_gemm import (grouped_mm_dgrad_reference, grouped_mm_fprop_reference,
+                                      mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop)
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(0)
+    E = len(SIZES)
+    offs = _offs(SIZES)
+    M = sum(SIZES) + 100  # 100 padding rows
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    x[-100:] = float("nan")
+    w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+    ad, as_ = to_mxfp8_blocked(x, -1, block, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, block, tile)
+    out = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=block, w_tile=tile)
+    ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
+    assert torch.equal(out[-100:], torch.zeros_like(out[-100:]))
+    assert rel(out[:-100], ref[:-100]) < TOL_BF16
+    # dgrad: dO [M, N] scaled along N, W^T quantized as the autograd op does (contiguous [E, K, N])
+    do = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    do[-100:] = float("nan")
+    dd, ds = to_mxfp8_blocked(do, -1, block, 1)
+    wtd, wts = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, block, tile)
+    dx = mxfp8_grouped_mm_dgrad(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=block,
+                                w_tile=tile)
+    refd = grouped_mm_dgrad_reference(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs,
+                                      out_dtype=torch.float64)
+    assert torch.equal(dx[-100:], torch.zeros_like(dx[-100:]))
+    assert rel(dx[:-100], refd[:-100]) < TOL_BF16
+
+
+@pytest.mark.parametrize("block,tile", [(128, 128), (128, 1), (32, 128), (32, 1)])
+def test_wgrad_gpu(block, tile):
+    from kernels.grouped_gemm import grouped_mm_wgrad_reference, mxfp8_grouped_mm_wgrad
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(1)
+    K, N = 2048, 1408
+    offs = _offs(SIZES)
+    M = (sum(SIZES) + 31) // 32 * 32 + 64
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    do = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    x[-64:] = float("nan")  # whole blocks past offs[-1]
+    do[-64:] = float("nan")
+    xt, xs = to_mxfp8_blocked(x.t(), -1, block, tile)
+    dt, ds = to_mxfp8_blocked(do.t(), -1, block, 1)
+    out = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, block=block, a_tile=tile)
+    ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.equal(out[6], torch.zeros_like(out[6]))
+    assert rel(out, ref) < 1e-5
+
+
+def test_bf16_output_is_round_to_nearest_even():
+    """The compiled fp32 -> bf16 cast (no SOFT_RNE on GPU) equals torch's rounding of the fp32 result."""
+    from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    x = torch.randn(4096, 1024, device="cuda")
+    w = torch.randn(2, 512, 1024, device="cuda") * 0.02
+    offs = _offs([2000, 2096])
+    ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
+    o16 = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128)
+    o32 = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, torch.float32, block=128, w_tile=128)
+    assert torch.equal(o16, o32.bfloat16())
+
+
+@pytest.mark.parametrize("granularity", ["mx128", "mx32"])
+def test_autograd_op_gpu_matches_emulated_twin(granularity):
+    from titan_fp8.float8.experts import mxfp8_grouped_mm
+    torch.manual_seed(2)
+    sizes = [300, 0, 777, 45]
+    T, K, N = sum(sizes) + 50, 512, 768
+    offs = _offs(sizes)
+    x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
+    x[-50:] = float("nan")
+    w = torch.randn(len(sizes), N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+    go = torch.randn(T, N, device="cuda", dtype=torch.bfloat16)
+    res = {}
+    for dev in ("cuda", "cpu"):
+        xr = x.to(dev).requires_grad_()
+        wr = w.to(dev).requires_grad_()
+        out = mxfp8_grouped_mm(xr, wr, offs.to(dev), granularity=granularity)
+        out.backward(go.to(dev))
+        res[dev] = [t.detach().cpu() for t in (out, xr.grad, wr.grad)]
+    for a, b in zip(res["cuda"], res["cpu"]):
+        assert torch.isfinite(a).all()
+        assert rel(a, b) < 5e-3
+    assert torch.equal(res["cuda"][0][-50:], torch.zeros_like(res["cuda"][0][-50:]))
+    assert torch.equal(res["cuda"][1][-50:], torch.zeros_like(res["cuda"][1][-50:]))
+
+
+def test_autograd_op_compiles():
+    from titan_fp8.float8.experts import mxfp8_grouped_mm
+    sizes = [256, 0, 384]
+    offs = _offs(sizes)
+    x = torch.randn(sum(sizes), 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(3, 512, 256, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+    eager = mxfp8_grouped_mm(x, w, offs)
+    compiled = torch.compile(mxfp8_grouped_mm, fullgraph=False)(x, w, offs)
+    assert rel(compiled, eager) < 1e-6
+    compiled.sum().backward()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(w.grad).all()

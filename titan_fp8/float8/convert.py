@@ -1,0 +1,58 @@
+"""convert_to_float8_training: swap eligible nn.Linear for Float8Linear, in place.
+
+A Linear is converted when
+  - it is exactly nn.Linear (not a subclass, not already converted);
+  - in_features and out_features are multiples of the recipe's dim_multiple (16; mxfp8 32; blockwise 128);
+  - no entry of config.filter_fqns is a whole dotted component run of its fqn (default ("output", "router"):
+    the output head and the MoE router gate `layers.<i>.moe.router.gate` stay high precision; embedding,
+    norms and the attention core are not nn.Linear and are never touched);
+  - with "auto_filter_small_kn" in filter_fqns: the roofline (roofline.py) predicts a speedup;
+  - module_filter_fn(module, fqn), if given, returns True.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch.nn as nn
+
+from .config import AUTO_FILTER, Float8Config
+from .linear import Float8Linear
+
+
+def fqn_matches(fqn: str, pattern: str) -> bool:
+    return f".{pattern}." in f".{fqn}."
+
+
+def is_eligible(mod: nn.Module, fqn: str, config: Float8Config) -> bool:
+    if type(mod) is not nn.Linear:
+        return False
+    m = config.recipe.dim_multiple
+    if mod.in_features % m or mod.out_features % m:
+        return False
+    if any(fqn_matches(fqn, p) for p in config.filter_fqns if p != AUTO_FILTER):
+        return False
+    if config.auto_filter:
+        from .roofline import predicted_speedup
+        if predicted_speedup(config.recipe_name, K=mod.in_features, N=mod.out_features) <= 1.0:
+            return False
+    return True
+
+
+def convert_to_float8_training(model: nn.Module, config: Optional[Float8Config] = None,
+                               module_filter_fn: Optional[Callable[[nn.Module, str], bool]] = None) -> nn.Module:
+    """Swap eligible nn.Linear modules of `model` for Float8Linear (in place) and return `model`.
+    Call before `parallelize` (fully_shard / compile)."""
+    config = config or Float8Config()
+    if not isinstance(config, Float8Config):
+        raise TypeError(f"convert_to_float8_training: config must be a Float8Config, got {type(config).__name__}")
+    if type(model) is nn.Linear:
+        raise ValueError("convert_to_float8_training: pass the model that holds the Linear, not the Linear itself")
+    for parent_fqn, parent in list(model.named_modules()):
+        for name, child in list(parent.named_children()):
+            fqn = f"{parent_fqn}.{name}" if parent_fqn else name
+            if not is_eligible(child, fqn, config):
+                continue
+            if module_filter_fn is not None and not module_filter_fn(child, fqn):
+                continue
+            setattr(parent, name, Float8Linear.from_linear(child, config))
+    return model

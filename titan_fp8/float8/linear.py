@@ -1,0 +1,243 @@
+"""Float8 linear: one autograd function per recipe family, and the Float8Linear module.
+
+GEMM operands per recipe (x [M, K] tokens, w [N, K], g = dL/dy [M, N]):
+  tensorwise  x e4m3, w e4m3, g e5m2; one scale per tensor. GEMMs: torch._scaled_mm through torchao's
+              Float8TrainingTensor (its emulate path dequantizes and matmuls in fp32).
+  rowwise     e4m3 everywhere; one power-of-two scale per row/column along the GEMM's non-contracted dim.
+  blockwise   e4m3; x and g 1x128 along the contracted dim, w 128x128 tiles (one quantization serves forward
+              and grad-input). GPU: torch.nn.functional.scaled_mm BlockWise1x128 / BlockWise128x128.
+  mxfp8       e4m3 + E8M0 per 32 along the contracted dim (kernels.mxfp8); w one scale per 32x32 tile.
+              Hopper has no MXFP8 MMA: the operands are dequantized to bf16 and multiplied by cuBLAS.
+With emulate=True every recipe quantizes exactly as on the GPU and multiplies dequantized operands in fp32.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torchao.float8.float8_training_tensor import (
+    Float8TrainingTensor,
+    GemmInputRole,
+    LinearMMConfig,
+    ScaledMMConfig,
+    hp_tensor_and_scale_to_float8,
+)
+
+from .config import E4M3, E5M2, Float8Config
+from .scaling import (
+    BLOCK_K,
+    axiswise_scale,
+    dequantize_1x128,
+    dequantize_128x128,
+    mx_dequantize,
+    mx_quantize,
+    mx_quantize_weight,
+    quantize_1x128,
+    quantize_128x128,
+    tensorwise_scale,
+)
+
+INPUT, WEIGHT, GRAD = GemmInputRole.INPUT, GemmInputRole.WEIGHT, GemmInputRole.GRAD_OUTPUT
+
+
+def linear_mm_config(emulate: bool) -> LinearMMConfig:
+    # fast accumulation in the forward GEMM only (torchao's default: gradients keep full accumulation)
+    return LinearMMConfig(
+        ScaledMMConfig(emulate, True, False, False),
+        ScaledMMConfig(emulate, False, False, False),
+        ScaledMMConfig(emulate, False, False, False),
+    )
+
+
+def _cast(t, scale, dtype, cfg, role, axiswise_dim=None):
+    return hp_tensor_and_scale_to_float8(t, scale, dtype, cfg, role, axiswise_dim)
+
+
+def cast_weight_tensorwise(w: torch.Tensor, cfg: LinearMMConfig) -> Float8TrainingTensor:
+    return _cast(w, tensorwise_scale(w, E4M3), E4M3, cfg, WEIGHT)
+
+
+class _ScaledMM(torch.autograd.Function):
+    """Tensorwise and rowwise: operands are torchao Float8TrainingTensors; torch.mm dispatches to
+    torch._scaled_mm (or the fp32 emulation)."""
+
+    @staticmethod
+    def forward(ctx, x, w, rowwise: bool, cfg: LinearMMConfig):
+        x2 = x.reshape(-1, x.shape[-1])
+        if not rowwise:
+            x8 = _cast(x2, tensorwise_scale(x2, E4M3), E4M3, cfg, INPUT)
+            # float8 all-gather: FSDP2's post-all-gather already built the float8 weight
+            w8 = w if isinstance(w, Float8TrainingTensor) else cast_weight_tensorwise(w, cfg)
+            ctx.save_for_backward(x8, w8)
+        else:
+            x8 = _cast(x2, axiswise_scale(x2, E4M3, -1), E4M3, cfg, INPUT, -1)
+            w8 = _cast(w, axiswise_scale(w, E4M3, -1), E4M3, cfg, WEIGHT, -1)
+            ctx.save_for_backward(x2, w)
+        ctx.rowwise, ctx.cfg, ctx.w_dtype = rowwise, cfg, w.dtype
+        out = torch.mm(x8, w8.t())
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, g):
+        cfg = ctx.cfg
+        g2 = g.reshape(-1, g.shape[-1])
+        if not ctx.rowwise:
+            x8, w8 = ctx.saved_tensors
+            g8 = _cast(g2, tensorwise_scale(g2, E5M2), E5M2, cfg, GRAD)
+            grad_x = torch.mm(g8, w8)
+            grad_w = torch.mm(g8.t(), x8)
+        else:
+            x2, w = ctx.saved_tensors
+            g8_rows = _cast(g2, axiswise_scale(g2, E4M3, -1), E4M3, cfg, GRAD, -1)
+            w8_cols = _cast(w, axiswise_scale(w, E4M3, 0), E4M3, cfg, WEIGHT, 0)
+            grad_x = torch.mm(g8_rows, w8_cols)
+            g8_cols = _cast(g2, axiswise_scale(g2, E4M3, 0), E4M3, cfg, GRAD, 0)
+            x8_cols = _cast(x2, axiswise_scale(x2, E4M3, 0), E4M3, cfg, INPUT, 0)
+            grad_w = torch.mm(g8_cols.t(), x8_cols)
+        grad_x = grad_x.reshape(*g.shape[:-1], grad_x.shape[-1])
+        return grad_x, grad_w.to(ctx.w_dtype), None, None
+
+
+def _mm_dtype(t: torch.Tensor, emulate: bool) -> torch.dtype:
+    return torch.float32 if emulate or not t.is_cuda else torch.bfloat16
+
+
+def _check_rows(M: int, multiple: int, recipe: str):
+    if M % multiple:
+        raise ValueError(f"float8 {recipe}: the number of tokens (rows of the flattened input) is {M}; it must be "
+                         f"a multiple of {multiple} (the weight-gradient GEMM scales blocks along tokens)")
+
+
+def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtype):
+    """a [M, K] 1x128-scaled along K; b [N, K] (128x128 tiles if b_is_tile, else 1x128 along K).
+    Returns a @ b.T."""
+    if emulate or not a_q.is_cuda:
+        a = dequantize_1x128(a_q, a_s)
+        b = dequantize_128x128(b_q, b_s) if b_is_tile else dequantize_1x128(b_q, b_s)
+        return (a @ b.t()).to(out_dtype)
+    from torch.nn.functional import ScalingType
+    # cuBLAS multiplies by its scales: pass 1/scale. Layouts as anchors/blockwise_probe.py measured on
+    # torch 2.11: scale_a [M, K/128] column-major; scale_b for b.t() [K, N]: 128x128 -> [K/128, N/128] with
+    # strides (1, K/128); 1x128 -> [K/128, N] ... same rule (the transpose of b's row-major scale).
+    a_q, b_q = a_q.contiguous(), b_q.contiguous()
+    sa = a_s.reciprocal().t().contiguous().t()
+    sb = b_s.reciprocal().contiguous().t()
+    recipe_b = ScalingType.BlockWise128x128 if b_is_tile else ScalingType.BlockWise1x128
+    return F.scaled_mm(a_q, b_q.t(), sa, ScalingType.BlockWise1x128, sb, recipe_b, output_dtype=out_dtype)
+
+
+class _BlockwiseMM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, emulate: bool):
+        x2 = x.reshape(-1, x.shape[-1])
+        xq, xs = quantize_1x128(x2)
+        wq, ws = quantize_128x128(w)
+        ctx.save_for_backward(x2, wq, ws)
+        ctx.emulate, ctx.w_dtype = emulate, w.dtype
+        out = _blockwise_gemm(xq, xs, wq, ws, True, emulate, x.dtype)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, g):
+        x2, wq, ws = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1])
+        _check_rows(g2.shape[0], BLOCK_K, "blockwise")
+        gq, gs = quantize_1x128(g2)
+        # grad_input = g @ w: contraction over N; w's 128x128 tiles serve both orientations
+        grad_x = _blockwise_gemm(gq, gs, wq.t(), ws.t(), True, ctx.emulate, g.dtype)
+        # grad_weight = g.T @ x: contraction over tokens, 1x128 blocks along tokens for both
+        gtq, gts = quantize_1x128(g2.t())
+        xtq, xts = quantize_1x128(x2.t())
+        grad_w = _blockwise_gemm(gtq, gts, xtq, xts, False, ctx.emulate, ctx.w_dtype)
+        return grad_x.reshape(*g.shape[:-1], grad_x.shape[-1]), grad_w, None
+
+
+class _MXFP8MM(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, emulate: bool):
+        x2 = x.reshape(-1, x.shape[-1])
+        dt = _mm_dtype(x2, emulate)
+        xq, xs = mx_quantize(x2, -1)
+        wq, wsk = mx_quantize_weight(w)
+        w_deq = mx_dequantize(wq, wsk, -1, dt)
+        out = (mx_dequantize(xq, xs, -1, dt) @ w_deq.t()).to(x.dtype)
+        ctx.save_for_backward(x2, wq, wsk)
+        ctx.emulate, ctx.w_dtype = emulate, w.dtype
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, g):
+        x2, wq, wsk = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1])
+        _check_rows(g2.shape[0], 32, "mxfp8")
+        dt = _mm_dtype(g2, ctx.emulate)
+        # the 32x32-tile weight dequantizes identically along N: no second quantization for grad-input
+        w_deq = mx_dequantize(wq, wsk, -1, dt)
+        gq, gs = mx_quantize(g2, -1)
+        grad_x = (mx_dequantize(gq, gs, -1, dt) @ w_deq).to(g.dtype)
+        gcq, gcs = mx_quantize(g2, 0)
+        xcq, xcs = mx_quantize(x2, 0)
+        grad_w = (mx_dequantize(gcq, gcs, 0, dt).t() @ mx_dequantize(xcq, xcs, 0, dt)).to(ctx.w_dtype)
+        return grad_x.reshape(*g.shape[:-1], grad_x.shape[-1]), grad_w, None
+
+
+def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg: LinearMMConfig | None = None):
+    """y = x @ w.T with the recipe's float8 numerics (no bias)."""
+    name = config.recipe_name
+    if not config.emulate and not x.is_cuda:
+        raise RuntimeError(f"float8 {name}: input is on {x.device}; float8 GEMMs need a CUDA GPU (sm_89+). "
+                           f"Set [float8] emulate = true to run the float8 numerics on CPU.")
+    if name in ("tensorwise", "rowwise"):
+        return _ScaledMM.apply(x, w, name == "rowwise", cfg or linear_mm_config(config.emulate))
+    if name == "blockwise":
+        return _BlockwiseMM.apply(x, w, config.emulate)
+    return _MXFP8MM.apply(x, w, config.emulate)
+
+
+def _plain_weight_in_state_dict(module, state_dict, prefix, local_metadata):
+    """Checkpoints hold the plain high-precision weight (sharing storage, so DCP loads in place): no
+    subclass ever reaches a checkpoint file, and a float8 checkpoint loads into a bf16 model and back."""
+    from .weights import unwrap_weight
+    key = prefix + "weight"
+    if key in state_dict:
+        state_dict[key] = unwrap_weight(state_dict[key])
+    return state_dict
+
+
+def _drop_cast_cache(module, incompatible_keys):
+    module._float8_cast_cache = None  # the loaded weight needs a new precompute
+
+
+class Float8Linear(nn.Linear):
+    """nn.Linear whose matmuls run in float8 (recipe from `float8_config`). Weight and bias stay in high
+    precision (checkpoints hold them); with float8 all-gather the weight is a Float8TrainingWeight whose
+    FSDP2 hooks gather it already quantized."""
+
+    float8_config: Float8Config
+
+    @classmethod
+    def from_linear(cls, mod: nn.Linear, config: Float8Config) -> "Float8Linear":
+        with torch.device("meta"):
+            new = cls(mod.in_features, mod.out_features, bias=False)
+        new.weight = mod.weight
+        new.bias = mod.bias
+        new.float8_config = config
+        new._mm_config = linear_mm_config(config.emulate)
+        if config.enable_fsdp_float8_all_gather:
+            from .weights import Float8TrainingWeight
+            new.weight = nn.Parameter(Float8TrainingWeight(mod.weight.data, config),
+                                      requires_grad=mod.weight.requires_grad)
+            new._register_state_dict_hook(_plain_weight_in_state_dict)
+            new.register_load_state_dict_post_hook(_drop_cast_cache)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = float8_linear(x, self.weight, self.float8_config, self._mm_config)
+        if self.bias is not None:
+            out = out + self.bias.to(out.dtype)
+        return out
+
+    def extra_repr(self) -> str:
+        c = self.float8_config
+        return (f"{super().extra_repr()}, recipe={c.recipe_name}, float8_all_gather="
+                f"{c.enable_fsdp_float8_all_gather}, emulate={c.emulate}")

@@ -1,0 +1,116 @@
+"""amax -> scale, and the casts every recipe shares.
+
+Convention (torchao's): `scale` multiplies the high-precision tensor into float8 range, `data / scale` gives
+it back. `amax_to_scale` is the ONE rule turning an absolute maximum into a scale, for every recipe except
+MXFP8, whose power-of-two E8M0 rule lives with the format in `kernels.mxfp8`.
+
+Edge cases (tested in tests/cpu/test_float8_scaling.py):
+- amax == 0 (all-zero tensor or block): amax is clamped to EPS, so the scale is finite and zeros stay zeros.
+- non-finite amax (a NaN or inf anywhere in the scale group): the scale is NaN, so every value of the group
+  casts to NaN and the failure stays visible in the loss. (A plain 448/inf would give scale 0 and silently
+  turn the group into zeros.) `precompute_float8_dynamic_scale_for_fsdp(..., check_finite=True)` raises
+  instead, naming the weight.
+"""
+from __future__ import annotations
+
+import torch
+
+E4M3 = torch.float8_e4m3fn
+E5M2 = torch.float8_e5m2
+EPS = 1e-12
+BLOCK_K = 128  # blockwise recipe: activations 1x128, weights 128x128
+
+
+def amax_to_scale(amax: torch.Tensor, float8_dtype: torch.dtype, round_to_pow2: bool = False) -> torch.Tensor:
+    """fp32 scale = finfo(float8_dtype).max / max(amax, EPS); NaN where amax is not finite.
+
+    Computed in float64 so eager and torch.compile agree bit for bit (torchao's reason too).
+    round_to_pow2 rounds the scale DOWN to a power of two by masking the fp32 mantissa (exact, unlike
+    exp2(floor(log2(s))) whose log2 rounds)."""
+    a = amax.to(torch.float64)
+    scale = torch.finfo(float8_dtype).max / torch.clamp(a, min=EPS)
+    scale = torch.where(torch.isfinite(a), scale, torch.full_like(scale, float("nan")))
+    scale = scale.to(torch.float32)
+    if round_to_pow2:
+        bits = scale.view(torch.int32) & 0x7F800000  # keep sign(0) and exponent: floor to 2^e
+        pow2 = bits.view(torch.float32)
+        scale = torch.where(torch.isfinite(scale), pow2, scale)
+    return scale
+
+
+def to_float8(x: torch.Tensor, scale: torch.Tensor, float8_dtype: torch.dtype) -> torch.Tensor:
+    """Plain float8 data = saturate(x * scale). Bit-identical to torchao's hp_tensor_and_scale_to_float8
+    (fp32 multiply, clamp to +-max, round to nearest even); NaN stays NaN."""
+    fmax = torch.finfo(float8_dtype).max
+    return (x.to(torch.float32) * scale).clamp(-fmax, fmax).to(float8_dtype)
+
+
+def tensor_amax(x: torch.Tensor) -> torch.Tensor:
+    """max |x| as an fp32 0-d tensor; 0 for an empty tensor (an empty FSDP shard); NaN if any NaN."""
+    if x.numel() == 0:
+        return torch.zeros((), dtype=torch.float32, device=x.device)
+    return torch.linalg.vector_norm(x, ord=float("inf"), dtype=torch.float32)
+
+
+def tensorwise_scale(x: torch.Tensor, float8_dtype: torch.dtype) -> torch.Tensor:
+    return amax_to_scale(tensor_amax(x), float8_dtype)
+
+
+def axiswise_scale(x: torch.Tensor, float8_dtype: torch.dtype, dim: int) -> torch.Tensor:
+    """Rowwise scale: one per slice along `dim` (keepdim), power-of-two (torchao's rowwise choice: exact
+    rescaling, no mantissa error in the scale)."""
+    amax = x.abs().amax(dim=dim, keepdim=True).to(torch.float32)
+    return amax_to_scale(amax, float8_dtype, round_to_pow2=True)
+
+
+# ---------------------------------------------------------------------------------- blockwise (DeepSeek V3)
+def quantize_1x128(x: torch.Tensor, float8_dtype: torch.dtype = E4M3):
+    """x [M, K] -> (data [M, K], scale fp32 [M, K/128]): one scale per 1x128 block along K."""
+    M, K = x.shape
+    xb = x.to(torch.float32).reshape(M, K // BLOCK_K, BLOCK_K)
+    scale = amax_to_scale(xb.abs().amax(-1), float8_dtype) if x.numel() else xb.new_ones(M, K // BLOCK_K)
+    data = to_float8(xb, scale.unsqueeze(-1), float8_dtype).reshape(M, K)
+    return data, scale
+
+
+def dequantize_1x128(data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    M, K = data.shape
+    return (data.to(torch.float32).reshape(M, K // BLOCK_K, BLOCK_K) / scale.unsqueeze(-1)).reshape(M, K)
+
+
+def quantize_128x128(w: torch.Tensor, float8_dtype: torch.dtype = E4M3):
+    """w [N, K] -> (data [N, K], scale fp32 [N/128, K/128]): one scale per 128x128 tile."""
+    N, K = w.shape
+    wb = w.to(torch.float32).reshape(N // BLOCK_K, BLOCK_K, K // BLOCK_K, BLOCK_K)
+    if w.numel():
+        scale = amax_to_scale(wb.abs().amax(dim=(1, 3)), float8_dtype)
+    else:
+        scale = wb.new_ones(N // BLOCK_K, K // BLOCK_K)
+    data = to_float8(wb, scale[:, None, :, None], float8_dtype).reshape(N, K)
+    return data, scale
+
+
+def dequantize_128x128(data: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    N, K = data.shape
+    d = data.to(torch.float32).reshape(N // BLOCK_K, BLOCK_K, K // BLOCK_K, BLOCK_K)
+    return (d / scale[:, None, :, None]).reshape(N, K)
+
+
+# ---------------------------------------------------------------------------------- MXFP8 (format in kernels/)
+def mx_quantize(x: torch.Tensor, dim: int):
+    from kernels.mxfp8 import to_mxfp8
+    return to_mxfp8(x, dim=dim)
+
+
+def mx_dequantize(data: torch.Tensor, scale: torch.Tensor, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    from kernels.mxfp8 import from_mxfp8
+    return from_mxfp8(data, scale, dim=dim, dtype=dtype)
+
+
+def mx_quantize_weight(w: torch.Tensor):
+    """Weight [N, K] -> (data, scale_k [N, K/32]): one E8M0 scale per 32x32 tile (kernels.mxfp8
+    to_mxfp8_tiles32), so ONE quantization serves the forward (blocks along K) and grad-input (blocks along N)
+    GEMMs, and a 32-row-aligned FSDP shard quantizes exactly as the unsharded weight would."""
+    from kernels.mxfp8 import to_mxfp8_tiles32
+    data, scale_k, _ = to_mxfp8_tiles32(w)
+    return data, scale_k

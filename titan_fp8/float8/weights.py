@@ -1,0 +1,202 @@
+"""Float8TrainingWeight: the high-precision weight of a Float8Linear, with FSDP2 hooks that all-gather it
+already quantized.
+
+FSDP2 calls `fsdp_pre_all_gather` on each rank's shard and `fsdp_post_all_gather` on the gathered bytes:
+
+tensorwise  pre:  float8 e4m3 shard = saturate(shard * scale) with the REPLICATED scale: either the cast
+                  cached by `precompute_float8_dynamic_scale_for_fsdp` (one all-reduce and one cast for the
+                  whole model per step, none here), or, without it, one AMAX all-reduce for this weight.
+            post: a torchao Float8TrainingTensor(data, scale): the linear does not cast the weight again.
+mxfp8       pre:  MXFP8 with one E8M0 scale per 32x32 tile (kernels.mxfp8.to_mxfp8_tiles32). Tiles lie inside a
+                  shard when each shard holds a multiple of 32 rows, so the shard quantizes exactly as the
+                  unsharded weight would: NO all-reduce at all. Data and scale bytes are both gathered.
+            post: the gathered MXFP8 weight decoded to the parameter dtype. The linear's tile quantization
+                  of that tensor reproduces the same bytes (requantizing a decoded MXFP8 tensor on the same
+                  tiles is exact), so numerics equal quantize-after-gather; the bytes on the wire are 1/32
+                  over half of bf16's.
+
+Every all-gather input is handed to FSDP2 as uint8 bytes (gloo cannot all-gather float8 dtypes; NCCL does
+not care) and viewed back as float8 after the gather.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+import torch.utils._pytree as pytree
+from torch._prims_common import suggest_memory_format
+from torch.optim.optimizer import register_optimizer_step_post_hook
+
+from .config import E4M3, Float8Config
+from .scaling import amax_to_scale, mx_dequantize, mx_quantize_weight, tensor_amax, to_float8
+
+aten = torch.ops.aten
+
+# ops whose results stay weights (FSDP2 shards, pads and moves the tensor; optimizers clone it)
+_PRESERVE = {
+    aten.empty_like.default, aten.new_zeros.default, aten.new_empty.default, aten.slice.Tensor,
+    aten.copy_.default, aten.view.default, aten.as_strided.default, aten._to_copy.default,
+    aten._pin_memory.default, aten.split.Tensor, aten.clone.default, aten.detach.default,
+    aten.alias.default, aten.chunk.default,
+}
+
+# Bumped after every optimizer step (any torch optimizer, fused ones included: they do not bump tensors'
+# version counters). A cached cast is valid only in the optimizer generation it was made in.
+_OPTIMIZER_GENERATION = [0]
+
+
+def _on_optimizer_step(optimizer, args, kwargs):
+    _OPTIMIZER_GENERATION[0] += 1
+
+
+register_optimizer_step_post_hook(_on_optimizer_step)
+
+
+@dataclasses.dataclass
+class CastCache:
+    """A shard cast by precompute, valid until the next optimizer step (or load_state_dict, which clears it).
+    Weights edited in place by hand afterwards need another precompute call."""
+    data: torch.Tensor  # float8 e4m3, the local shard's shape
+    scale: torch.Tensor  # fp32 0-d, replicated
+    generation: int
+
+    def valid(self) -> bool:
+        return self.generation == _OPTIMIZER_GENERATION[0]
+
+
+_warned_stale = [False]
+
+
+def _mesh_group(mesh):
+    if mesh.ndim != 1:
+        raise NotImplementedError(f"float8 all-gather: FSDP mesh has {mesh.ndim} dims; only 1-D meshes are "
+                                  f"supported (HSDP is not)")
+    return mesh.get_group()
+
+
+class Float8TrainingWeight(torch.Tensor):
+    """Wrapper subclass around the high-precision weight (`_tensor`); every op but the ones FSDP2 needs to
+    shard it sees the plain tensor."""
+
+    @staticmethod
+    def __new__(cls, tensor: torch.Tensor, config: Float8Config):
+        return torch.Tensor._make_wrapper_subclass(
+            cls, tensor.size(), strides=tensor.stride(), storage_offset=tensor.storage_offset(),
+            memory_format=suggest_memory_format(tensor), dtype=tensor.dtype, layout=tensor.layout,
+            device=tensor.device, pin_memory=tensor.is_pinned(), requires_grad=tensor.requires_grad)
+
+    def __init__(self, tensor: torch.Tensor, config: Float8Config):
+        self._tensor = tensor
+        self._config = config
+
+    def __repr__(self):
+        return f"Float8TrainingWeight(recipe={self._config.recipe_name}, {self._tensor!r})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args, kwargs=None):
+        config = None
+
+        def unwrap(t):
+            nonlocal config
+            config = config or t._config
+            return t._tensor
+
+        args, kwargs = pytree.tree_map_only(Float8TrainingWeight, unwrap, (args, kwargs or {}))
+        out = func(*args, **kwargs)
+        if func not in _PRESERVE:
+            return out
+        return pytree.tree_map_only(torch.Tensor, lambda x: Float8TrainingWeight(x, config), out)
+
+    def __tensor_flatten__(self):
+        return ["_tensor"], {"config": self._config}
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, meta, outer_size, outer_stride):
+        return Float8TrainingWeight(inner_tensors["_tensor"], meta["config"])
+
+    # ------------------------------------------------------------------------------------------ FSDP2
+    def fsdp_pre_all_gather(self, mesh, outer_size, outer_stride, module, mp_policy):
+        world = mesh.size()
+        padded_rows = math.ceil(outer_size[0] / world)
+        if self._config.recipe_name == "mxfp8":
+            return self._pre_all_gather_mxfp8(outer_size, world)
+        data, scale = self._tensorwise_shard(mesh, module)
+        u8 = data.view(torch.uint8)
+        if u8.shape[0] != padded_rows:  # uneven sharding: FSDP2 wants every rank's input padded
+            pad = u8.new_zeros((padded_rows - u8.shape[0],) + tuple(u8.shape[1:]))
+            u8 = torch.cat([u8, pad])
+        return (u8,), (scale,)
+
+    def _tensorwise_shard(self, mesh, module):
+        # The cache lives on the module: FSDP2 may hand an empty shard's hook a different tensor object than
+        # the parameter's local tensor. Its validity depends only on the optimizer generation, which is the
+        # same on every rank, so all ranks take the same branch (a per-rank test could deadlock the
+        # all-reduce below).
+        cache = getattr(module, "_float8_cast_cache", None)
+        if cache is not None and cache.valid():
+            return cache.data, cache.scale
+        if self._config.precompute_float8_dynamic_scale_for_fsdp and not _warned_stale[0]:
+            _warned_stale[0] = True
+            warnings.warn("float8: no valid precomputed cast for a weight (call "
+                          "precompute_float8_dynamic_scale_for_fsdp(model) after parallelize and after every "
+                          "optimizer step); falling back to one AMAX all-reduce per weight")
+        amax = tensor_amax(self._tensor)
+        dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=_mesh_group(mesh))
+        scale = amax_to_scale(amax, E4M3)
+        return to_float8(self._tensor, scale, E4M3), scale
+
+    def _pre_all_gather_mxfp8(self, outer_size, world):
+        rows = outer_size[0]
+        if rows % world or (rows // world) % 32:
+            raise ValueError(f"float8 all-gather (mxfp8): weight of shape {tuple(outer_size)} sharded over {world} "
+                             f"ranks gives {rows / world:g} rows per rank; MXFP8 32x32 tiles stay inside a shard "
+                             f"only when that is a whole multiple of 32")
+        data, scale_k = mx_quantize_weight(self._tensor)
+        return (data.view(torch.uint8), scale_k), ()
+
+    def fsdp_post_all_gather(self, all_gather_outputs, metadata: Any, param_dtype: torch.dtype, *,
+                             out: Optional[torch.Tensor] = None):
+        from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
+
+        from .linear import linear_mm_config
+
+        if self._config.recipe_name == "mxfp8":
+            data, scale_k = all_gather_outputs
+            w = mx_dequantize(data.view(E4M3), scale_k, -1, param_dtype)
+            if out is not None:
+                with torch.no_grad():
+                    out.copy_(w)
+                return
+            return w, (w,)
+        (data,) = all_gather_outputs
+        (scale,) = metadata
+        if out is not None:
+            inner = out._local_tensor if hasattr(out, "_local_tensor") else out
+            if not isinstance(inner, Float8TrainingTensor):
+                raise RuntimeError(f"float8 all-gather: FSDP2 handed back {type(inner).__name__}, expected the "
+                                   f"Float8TrainingTensor built by the first all-gather")
+            inner._scale = scale
+            return
+        f8 = data.view(E4M3)
+        return Float8TrainingTensor(f8, scale, param_dtype, linear_mm_config(self._config.emulate),
+                                    GemmInputRole.WEIGHT), (data,)
+
+
+def unwrap_weight(t: torch.Tensor) -> torch.Tensor:
+    """The plain high-precision tensor behind a (DTensor of a) Float8TrainingWeight, sharing storage."""
+    local = getattr(t, "_local_tensor", None)
+    if isinstance(local, Float8TrainingWeight):
+        from torch.distributed.tensor import DTensor
+        return DTensor.from_local(local._tensor, t.device_mesh, t.placements, run_check=False,
+                                  shape=t.shape, stride=t.stride())
+    if isinstance(t, Float8TrainingWeight):
+        return t._tensor
+    return t
+
+
+# Checkpoints: allow this subclass (and its config) through torch.load(weights_only=True).
+torch.serialization.add_safe_globals([Float8TrainingWeight, Float8Config])

@@ -1,0 +1,100 @@
+"""All parallelism in one place: the device mesh, NCCL knobs, and `parallelize` (AC, compile, FSDP2)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+from titan_fp8.config import JobConfig
+
+
+def apply_comm_env(cfg: JobConfig) -> str:
+    """Export [comm] nccl_max_ctas as NCCL_MAX_CTAS (before the process group starts) unless the environment
+    already sets it. Returns one log line with the effective value and where it came from."""
+    env = os.environ.get("NCCL_MAX_CTAS")
+    if env is not None:
+        note = ""
+        if cfg.comm.nccl_max_ctas is not None and str(cfg.comm.nccl_max_ctas) != env:
+            note = f" (overrides [comm] nccl_max_ctas = {cfg.comm.nccl_max_ctas} in {cfg.source})"
+        return f"NCCL_MAX_CTAS = {env} from the environment{note}"
+    if cfg.comm.nccl_max_ctas is not None:
+        os.environ["NCCL_MAX_CTAS"] = str(cfg.comm.nccl_max_ctas)
+        return f"NCCL_MAX_CTAS = {cfg.comm.nccl_max_ctas} from [comm] nccl_max_ctas in {cfg.source}"
+    return "NCCL_MAX_CTAS unset: NCCL's default"
+
+
+def build_mesh(cfg: JobConfig, device_type: str, world_size: int) -> DeviceMesh:
+    """1-D ("dp_shard") mesh for FSDP; with a shard degree below the world, 2-D (dp_replicate, dp_shard) = HSDP."""
+    shard = cfg.parallelism.data_parallel_shard_degree
+    if shard == -1 or shard == world_size:
+        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp_shard",))
+    return init_device_mesh(device_type, (world_size // shard, shard), mesh_dim_names=("dp_replicate", "dp_shard"))
+
+
+# Ops whose outputs selective activation checkpointing keeps; everything else in a block is recomputed.
+def _save_list() -> set:
+    names = [("aten", "mm"), ("aten", "addmm"), ("aten", "bmm"), ("aten", "_grouped_mm"), ("aten", "_scaled_mm"),
+             ("aten", "_scaled_grouped_mm"), ("aten", "_scaled_dot_product_flash_attention"),
+             ("aten", "_scaled_dot_product_efficient_attention"), ("aten", "_scaled_dot_product_cudnn_attention"),
+             ("aten", "_flash_attention_forward"), ("aten", "_efficient_attention_forward")]
+    ops = set()
+    for ns, name in names:
+        packet = getattr(getattr(torch.ops, ns), name, None)
+        if packet is not None:
+            ops.add(packet.default)
+    return ops
+
+
+def _selective_context():
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    save = _save_list()
+
+    def policy(ctx, op, *args, **kwargs):
+        return CheckpointPolicy.MUST_SAVE if op in save else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
+
+
+def apply_activation_checkpointing(block: torch.nn.Module, mode: str) -> torch.nn.Module:
+    from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
+
+    if mode == "full":
+        return checkpoint_wrapper(block, preserve_rng_state=False)
+    if mode == "selective":
+        return checkpoint_wrapper(block, context_fn=_selective_context, preserve_rng_state=False)
+    raise ValueError(f"activation checkpoint mode {mode!r}")
+
+
+def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh) -> torch.nn.Module:
+    """Activation checkpointing, per-block torch.compile, then fully_shard per block and the root.
+
+    Mixed precision is bf16 parameters with fp32 gradient reduction on GPU; on CPU everything stays fp32 so
+    that runs with different numbers of ranks can be compared exactly.
+    """
+    on_gpu = mesh.device_type == "cuda"
+    ac_mode = job_config.activation_checkpoint.mode
+    for name, block in list(model.layers.items()):
+        if ac_mode != "none":
+            block = apply_activation_checkpointing(block, ac_mode)
+        if job_config.compile.enable:
+            # A wrapper (as torchtitan does), so FSDP2's hooks, registered on the wrapper below, run outside
+            # the compiled region. The "_orig_mod." it adds to names is stripped by DCP's state_dict helpers,
+            # like checkpoint_wrapper's prefix. fullgraph stays off: a graph break costs a little speed,
+            # an error would cost the run; the trainer logs the graph-break count after step 1.
+            block = torch.compile(block)
+        model.layers[name] = block
+
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if on_gpu else None
+    fsdp_kwargs = {"mesh": mesh}
+    if mp is not None:
+        fsdp_kwargs["mp_policy"] = mp
+    names = list(model.layers.keys())
+    for i, name in enumerate(names):
+        # The last block's parameters are needed again first thing in backward: keep them gathered.
+        fully_shard(model.layers[name], reshard_after_forward=i < len(names) - 1, **fsdp_kwargs)
+    fully_shard(model, **fsdp_kwargs)
+    return model

@@ -1,0 +1,59 @@
+"""AdamW, the warmup + decay learning-rate schedule, and grad-norm clipping over FSDP2 DTensors."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch.distributed.tensor import DTensor
+
+from titan_fp8.config import LRScheduler, Optimizer
+
+
+def build_optimizer(model: torch.nn.Module, cfg: Optimizer, device: torch.device) -> torch.optim.Optimizer:
+    params = [p for p in model.parameters() if p.requires_grad]
+    fused = bool(cfg.fused and device.type == "cuda")
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
+                             weight_decay=cfg.weight_decay, fused=fused, foreach=None if fused else True)
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int, decay_type: str, min_lr_factor: float) -> float:
+    """Multiplier of the base lr for optimizer step `step` (1-based): linear warmup, then decay to min."""
+    if warmup_steps > 0 and step <= warmup_steps:
+        return step / warmup_steps
+    if decay_type == "constant":
+        return 1.0
+    decay_steps = max(1, total_steps - warmup_steps)
+    progress = min(1.0, (step - warmup_steps) / decay_steps)
+    if decay_type == "linear":
+        shape = 1.0 - progress
+    else:  # cosine
+        shape = 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_lr_factor + (1.0 - min_lr_factor) * shape
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: LRScheduler, total_steps: int):
+    # LambdaLR calls the lambda with the number of scheduler.step() calls so far; the first optimizer step
+    # (step 1) runs with lr_factor(1).
+    def fn(count: int) -> float:
+        return lr_factor(count + 1, cfg.warmup_steps, total_steps, cfg.decay_type, cfg.min_lr_factor)
+
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, fn)
+
+
+def grad_norm_and_clip(params: list[torch.nn.Parameter], max_norm: float) -> torch.Tensor:
+    """Total L2 norm of all gradients over all ranks (a plain tensor, no host sync); clips when max_norm > 0.
+
+    With FSDP2 the gradients are DTensors sharded over the mesh: the per-shard norms combine into a Partial
+    DTensor, and full_tensor() all-reduces it (sum of squares, then the root), so every rank gets the norm of
+    the whole model. With HSDP the same call reduces over both mesh dimensions.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(())
+    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
+    if isinstance(total, DTensor):
+        total = total.full_tensor()
+    if max_norm > 0:
+        torch.nn.utils.clip_grads_with_norm_([p for p in params if p.grad is not None], max_norm, total)
+    return total

@@ -1,0 +1,239 @@
+"""The training loop, top to bottom.
+
+One step: take this rank's batch, forward, loss (+ the MoE auxiliary loss), backward, global grad norm and
+clip, then ONE all-reduce of [non-finite flag per rank, loss, aux loss, grad norm] read back to the host:
+the step's only host sync. It tells every rank at once whether any rank saw a non-finite loss or gradient
+norm, before the optimizer runs, and it carries the numbers the metrics need. Then the optimizer step, the
+scheduler, the router-bias update, the float8 scale precompute, metrics on log steps, checkpoints.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from titan_fp8.config import JobConfig, describe
+from titan_fp8.parallel import build_mesh, parallelize
+from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, latest_step
+from titan_fp8.train.data import build_loader
+from titan_fp8.train.metrics import MetricsLogger
+from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip
+
+
+class NonFiniteStepError(RuntimeError):
+    """A step's loss or gradient norm was not finite on some rank (and skipping is off)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultInjection:
+    """Test hooks, read from the environment, that make failures reproducible:
+    TITAN_FP8_FAULT_NAN_STEP / TITAN_FP8_FAULT_NAN_RANK: make that rank's loss NaN at that step;
+    TITAN_FP8_FAULT_EXIT_AFTER_STEP: every rank dies abruptly (os._exit) after that step, like a kill."""
+
+    nan_step: int = -1
+    nan_rank: int = 0
+    exit_after_step: int = -1
+
+    @classmethod
+    def from_env(cls) -> "FaultInjection":
+        get = lambda k, d: int(os.environ.get(k, d))  # noqa: E731
+        return cls(get("TITAN_FP8_FAULT_NAN_STEP", -1), get("TITAN_FP8_FAULT_NAN_RANK", 0),
+                   get("TITAN_FP8_FAULT_EXIT_AFTER_STEP", -1))
+
+
+@contextlib.contextmanager
+def allow_sync(sync_debug: bool):
+    """Host syncs we mean to make (the per-step check, checkpoint saves) are not reported by SYNC_DEBUG."""
+    if not sync_debug:
+        yield
+        return
+    mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode(0)
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
+
+
+def build_model(cfg: JobConfig, device: torch.device, log):
+    """Model on the meta device (GPU) or CPU -> float8 conversion -> parallelize -> weights initialised."""
+    from titan_fp8.models.llama_moe import Transformer
+
+    args = cfg.model_args()
+    torch.manual_seed(cfg.training.seed)
+    if device.type == "cuda":
+        with torch.device("meta"):
+            model = Transformer(args)
+    else:
+        # On CPU every rank builds (and so initialises) the full model from the same seed before sharding,
+        # so the weights do not depend on the number of ranks (the FSDP parity tests rely on it).
+        model = Transformer(args)
+    info = {
+        "params_total": model.num_params(active_only=False),
+        "params_active": model.num_params(active_only=True),
+        "flops_per_token": model.flops_per_token(cfg.training.seq_len),
+    }
+    if cfg.float8.enable:
+        from titan_fp8.float8 import Float8Config, convert_to_float8_training
+
+        f8 = {f.name: getattr(cfg.float8, f.name) for f in dataclasses.fields(cfg.float8) if f.name != "enable"}
+        convert_to_float8_training(model, Float8Config(**f8))
+        log(f"float8: converted with {f8}")
+    return model, info
+
+
+def run(cfg: JobConfig, log=print) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    say = log if rank == 0 else (lambda *a, **k: None)
+    faults = FaultInjection.from_env()
+    t = cfg.training
+
+    # ---- model, sharding, weights -------------------------------------------------------------------------
+    mesh = build_mesh(cfg, device.type, world)
+    model, info = build_model(cfg, device, say)
+    model = parallelize(model, cfg, mesh)
+    if device.type == "cuda":
+        model.to_empty(device=device)
+        torch.manual_seed(t.seed)
+        with torch.no_grad():
+            model.init_weights()
+    model.train()
+
+    # ---- optimizer, schedule, data ------------------------------------------------------------------------
+    optimizer = build_optimizer(model, cfg.optimizer, device)
+    scheduler = build_lr_scheduler(optimizer, cfg.lr_scheduler, t.steps)
+    vocab_size = cfg.model_args().vocab_size
+    data = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, t.seed, vocab_size)
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    # ---- resume -------------------------------------------------------------------------------------------
+    ckpt = CheckpointManager(cfg.checkpoint_folder, model, optimizer, scheduler, data, log=say)
+    start_step = 0
+    if cfg.checkpoint.enable:
+        for name in incomplete_dirs(cfg.checkpoint_folder):
+            say(f"checkpoint: ignoring incomplete {os.path.join(cfg.checkpoint_folder, name)}")
+        found = latest_step(cfg.checkpoint_folder)
+        if found is not None:
+            start_step = ckpt.load(found)["step"]
+            say(f"checkpoint: resumed from {os.path.join(cfg.checkpoint_folder, f'step-{found}')} at step {start_step}")
+
+    precompute_scales = cfg.float8.enable and cfg.float8.precompute_float8_dynamic_scale_for_fsdp
+    if precompute_scales:
+        from titan_fp8.float8 import precompute_float8_dynamic_scale_for_fsdp
+
+        precompute_float8_dynamic_scale_for_fsdp(model)  # scales for step 1's all-gathers (FACTS.md)
+
+    # ---- header -------------------------------------------------------------------------------------------
+    tokens_per_step = t.local_batch_size * t.seq_len
+    metrics = MetricsLogger(cfg.job.dump_folder, rank, device, info["flops_per_token"], tokens_per_step,
+                            cfg.metrics.enable_tensorboard, log=say)
+    say(f"titan_fp8: {world} rank(s) on {metrics.device_name}, mesh {tuple(mesh.shape)} {mesh.mesh_dim_names}, "
+        f"torch {torch.__version__}, config {cfg.source}")
+    say(f"model: {cfg.model.name}/{cfg.model.flavor} {info['params_total'] / 1e6:.1f}M parameters, "
+        f"{info['params_active'] / 1e6:.1f}M active per token; precision "
+        f"{'bf16 params / fp32 reduce' if device.type == 'cuda' else 'fp32'}"
+        f"{' + float8 ' + cfg.float8.recipe_name if cfg.float8.enable else ''}")
+    say(metrics.header())
+    say("config:\n" + describe(cfg))
+
+    # ---- the loop -----------------------------------------------------------------------------------------
+    step = start_step
+    last_saved = start_step if start_step else None
+    last_skipped = False
+    # TITAN_FP8_SYNC_DEBUG=1 (GPU): from the 3rd step on, warn at every host sync other than the check above,
+    # with the line that caused it; a clean run prints no "called a synchronizing CUDA operation" warning.
+    sync_debug = os.environ.get("TITAN_FP8_SYNC_DEBUG") == "1" and device.type == "cuda"
+    for step in range(start_step + 1, t.steps + 1):
+        if sync_debug and step == start_step + 3:
+            torch.cuda.set_sync_debug_mode("warn")
+        t_data = time.perf_counter()
+        inputs, labels = data.next_batch()
+        if device.type == "cuda":
+            inputs = inputs.pin_memory().to(device, non_blocking=True)
+            labels = labels.pin_memory().to(device, non_blocking=True)
+        data_wait = time.perf_counter() - t_data
+
+        logits = model(inputs)
+        ce_loss = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(0, 1))
+        if step == faults.nan_step and rank == faults.nan_rank:
+            ce_loss = ce_loss * float("nan")
+        aux_loss = torch.as_tensor(model.aux_loss(), device=device)
+        loss = ce_loss + aux_loss
+        loss.backward()
+        grad_norm = grad_norm_and_clip(params, t.max_norm).to(device)
+
+        # The one host sync: [loss non-finite on rank r for every r, loss, aux loss, grad norm], summed over
+        # ranks. Every rank learns whether any rank's step is bad before the optimizer runs.
+        bad = torch.zeros(world, device=device)
+        bad[rank] = (~torch.isfinite(loss.detach())).float()
+        stats = torch.cat([bad, torch.stack([ce_loss.detach(), aux_loss.detach().float(), grad_norm.float()])])
+        dist.all_reduce(stats)
+        with allow_sync(sync_debug):
+            stats = stats.tolist()
+        bad_ranks = [r for r in range(world) if stats[r] != 0]
+        loss_avg, aux_avg, gnorm = stats[world] / world, stats[world + 1] / world, stats[world + 2] / world
+        nonfinite = bool(bad_ranks) or not math.isfinite(gnorm)
+        lr = scheduler.get_last_lr()[0]
+
+        if nonfinite:
+            what = (f"step {step}: non-finite " + (f"loss on rank(s) {bad_ranks}, " if bad_ranks else "")
+                    + f"grad_norm {gnorm}, mean loss {loss_avg}")
+            if not t.skip_nonfinite_steps:
+                raise NonFiniteStepError(f"{what}; stopping before the optimizer step, no checkpoint written. "
+                                         "Set [training] skip_nonfinite_steps = true to skip such steps.")
+            say(f"{what}; step skipped ([training] skip_nonfinite_steps)")
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()  # the schedule follows the step count, skipped or not
+            metrics.emit(step, t.steps, loss_avg, gnorm, lr, extra={"skipped": True})
+            last_skipped = True
+        else:
+            optimizer.step()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            model.update_router_biases()
+            if precompute_scales:
+                precompute_float8_dynamic_scale_for_fsdp(model)  # ONE all-reduce for every float8 weight
+            metrics.step_done(data_wait)
+            if step == start_step + 1 and cfg.compile.enable:
+                from torch._dynamo.utils import counters
+
+                breaks = sum(counters["graph_break"].values())
+                say(f"compile: {breaks} graph break(s) in the compiled blocks after the first step"
+                    + ("" if not breaks else f": {str(dict(counters['graph_break']))[:400]}"))
+            if step == start_step + 1 or step % cfg.metrics.log_freq == 0 or step == t.steps:
+                metrics.emit(step, t.steps, loss_avg, gnorm, lr, extra={"aux_loss": aux_avg})
+            last_skipped = False
+
+            if cfg.checkpoint.enable and step % cfg.checkpoint.interval == 0:
+                t_save = time.perf_counter()
+                with allow_sync(sync_debug):
+                    say(f"checkpoint: saved {ckpt.save(step)}")
+                metrics.exclude(time.perf_counter() - t_save)  # saving is not training throughput
+                last_saved = step
+
+        if step == faults.exit_after_step:
+            os._exit(17)  # abrupt death of every rank, as if killed (tests of resume)
+
+    if sync_debug:
+        torch.cuda.set_sync_debug_mode(0)
+    if cfg.checkpoint.enable and step != last_saved and not last_skipped and step > start_step:
+        say(f"checkpoint: saved {ckpt.save(step)}")
+
+    summary = metrics.summary(skip_first=max(1, min(10, t.steps // 5)))
+    summary.update({"world_size": world, "config": cfg.source, "steps": t.steps, **info,
+                    "float8": cfg.float8.recipe_name if cfg.float8.enable else None})
+    if rank == 0:
+        say("summary: " + json.dumps(summary))
+        with open(os.path.join(cfg.job.dump_folder, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+    metrics.close()
+    return summary
