@@ -12,6 +12,9 @@ Public entry points (contracts; see reference.py for the exact rule):
       one scale per 32x32 tile, stored expanded both ways (transpose-invariant weight).
   e8m0_to_fp32(scale) -> fp32 factors 2^(b-127), 0xFF -> NaN.
 
+Quantization is not differentiable: every entry point detaches its input, so outputs never require grad
+(the autograd ops in titan_fp8/float8 decide what gradients flow).
+
 backend: "auto" = Triton on CUDA tensors, reference elsewhere; "reference" = plain PyTorch; "triton" = the
 Triton kernels (on CPU only under TRITON_INTERPRET=1). Triton paths go through torch.library custom ops
 (titan_fp8::to_mxfp8, ::to_mxfp8_rowcol, ::to_mxfp8_tiles32) with fake implementations, so torch.compile
@@ -106,6 +109,7 @@ def _(w):
 def to_mxfp8(x: torch.Tensor, dim: int = -1, backend: str = "auto"):
     """Quantize x to MXFP8 along `dim` -> (data float8_e4m3fn, scale uint8 E8M0). See reference.py."""
     d = check_input(x, dim)
+    x = x.detach()  # quantization is not differentiable: outputs never require grad (autograd lives apart)
     if _use_triton(x, backend):
         return _to_mxfp8_op(x, d)
     return to_mxfp8_reference(x, d)
@@ -123,6 +127,7 @@ def to_mxfp8_rowcol(x: torch.Tensor, col_transposed: bool = True, backend: str =
                          f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
     check_input(x, 0, "to_mxfp8_rowcol")
     check_input(x, 1, "to_mxfp8_rowcol")
+    x = x.detach()
     if _use_triton(x, backend):
         return _to_mxfp8_rowcol_op(x, bool(col_transposed))
     return to_mxfp8_rowcol_reference(x, col_transposed)
@@ -147,6 +152,7 @@ def to_mxfp8_tiles32(w: torch.Tensor, backend: str = "auto"):
                          f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
     check_input(w, -2, "to_mxfp8_tiles32", "w")
     check_input(w, -1, "to_mxfp8_tiles32", "w")
+    w = w.detach()
     if _use_triton(w, backend):
         return _to_mxfp8_tiles32_op(w)
     return to_mxfp8_tiles32_reference(w)

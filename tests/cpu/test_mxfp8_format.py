@@ -456,6 +456,14 @@ def test_custom_ops_and_compile():
         assert_bytes_equal(g, w, "compiled rowcol")
 
 
+def test_outputs_never_require_grad():
+    x = torch.randn(64, 64, requires_grad=True)
+    for backend in ("reference", "triton"):
+        outs = (*mx.to_mxfp8(x, backend=backend), *mx.to_mxfp8_rowcol(x, backend=backend),
+                *mx.to_mxfp8_tiles32(x, backend=backend))
+        assert not any(t.requires_grad for t in outs), backend
+
+
 def test_empty_tensor():
     for backend in ("reference", "triton"):
         d, s = mx.to_mxfp8(torch.zeros(0, 64), backend=backend)

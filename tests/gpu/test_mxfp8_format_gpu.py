@@ -35,6 +35,13 @@ def _cpu_ref(x, dim):
     return ref.to_mxfp8_reference(x.cpu(), dim)
 
 
+def _cfg(kind):
+    """A fixed kernel config for the many small shapes below (autotuning each shape would cost minutes; every
+    config is covered by test_every_config_on_uneven_shapes, the tuned path by test_large_shapes_default_path)."""
+    return dict(rows=tk._ROWS_CONFIGS[1], cols=tk._COLS_CONFIGS[1], rowcol=tk._ROWCOL_CONFIGS[1],
+                tiles=tk._TILES_CONFIGS[0])[kind]
+
+
 @pytest.mark.parametrize("hw_cast", HW)
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cases_every_entry_point(dtype, hw_cast):
@@ -42,7 +49,8 @@ def test_cases_every_entry_point(dtype, hw_cast):
         xg = x.cuda()
         for src, dim in ((x, -1), (x, 0), (x.t().contiguous(), 0)):
             want = _cpu_ref(src, dim)
-            got = tk.to_mxfp8_triton(src.cuda(), dim, hw_cast=hw_cast)
+            kind = "rows" if dim == -1 else "cols"
+            got = tk.to_mxfp8_triton(src.cuda(), dim, hw_cast=hw_cast, config=_cfg(kind))
             assert_bytes_equal(got[0], want[0], f"{dtype} {name} dim={dim} hw={hw_cast} data")
             assert_bytes_equal(got[1], want[1], f"{dtype} {name} dim={dim} hw={hw_cast} scale")
             # the reference itself on CUDA (division, frexp on the GPU) gives the same bytes
@@ -52,7 +60,7 @@ def test_cases_every_entry_point(dtype, hw_cast):
         for xx in (x, x.t().contiguous()):
             for col_t in (True, False):
                 want = ref.to_mxfp8_rowcol_reference(xx, col_t)
-                got = tk.to_mxfp8_rowcol(xx.cuda(), col_t, hw_cast=hw_cast)
+                got = tk.to_mxfp8_rowcol(xx.cuda(), col_t, hw_cast=hw_cast, config=_cfg("rowcol"))
                 for g, w, what in zip(got, want, ("data_row", "scale_row", "data_col", "scale_col")):
                     assert_bytes_equal(g, w, f"{dtype} {name} rowcol col_t={col_t} hw={hw_cast} {what}")
         rows = x.shape[0] // 32 * 32
@@ -60,14 +68,22 @@ def test_cases_every_entry_point(dtype, hw_cast):
             w = xg[:64].reshape(2, 32, -1)
             for dim in (-1, -2):
                 want = _cpu_ref(w, dim)
-                got = tk.to_mxfp8_expert_weights(w, dim, hw_cast=hw_cast)
+                got = tk.to_mxfp8_expert_weights(w, dim, hw_cast=hw_cast,
+                                                 config=_cfg("rows" if dim == -1 else "cols"))
                 assert_bytes_equal(got[0], want[0], f"{dtype} {name} experts dim={dim} data")
                 assert_bytes_equal(got[1], want[1], f"{dtype} {name} experts dim={dim} scale")
     for name, w in tile_cases(dtype).items():
         want = ref.to_mxfp8_tiles32_reference(w)
-        got = tk.to_mxfp8_tiles32_triton(w.cuda(), hw_cast=hw_cast)
+        got = tk.to_mxfp8_tiles32_triton(w.cuda(), hw_cast=hw_cast, config=_cfg("tiles"))
         for g, wt, what in zip(got, want, ("data", "scale_k", "scale_n")):
             assert_bytes_equal(g, wt, f"{dtype} {name} tiles hw={hw_cast} {what}")
+    # and once through the public entry points (custom ops, autotuned, default rounding)
+    x = make_cases(dtype)["boundary"].cuda()
+    for dim in (-1, 0):
+        got = mx.to_mxfp8(x, dim)
+        want = _cpu_ref(x, dim)
+        assert_bytes_equal(got[0], want[0], f"{dtype} public to_mxfp8 dim={dim} data")
+        assert_bytes_equal(got[1], want[1], f"{dtype} public to_mxfp8 dim={dim} scale")
 
 
 @pytest.mark.parametrize("hw_cast", HW)
@@ -117,7 +133,8 @@ def test_every_bf16_bit_pattern(hw_cast):
     for name, x in (("shuffled", shuffled), ("sorted", finite)):
         for dim in (-1, 0):
             want = _cpu_ref(x, dim)
-            got = tk.to_mxfp8_triton(x.cuda(), dim, hw_cast=hw_cast)
+            kind = "rows" if dim == -1 else "cols"
+            got = tk.to_mxfp8_triton(x.cuda(), dim, hw_cast=hw_cast, config=_cfg(kind))
             assert_bytes_equal(got[0], want[0], f"bf16 all bits {name} dim={dim} data")
             assert_bytes_equal(got[1], want[1], f"bf16 all bits {name} dim={dim} scale")
 
