@@ -58,6 +58,7 @@ class Training:
     seed: int = 42
     skip_nonfinite_steps: bool = False
     dataset: str = "stdlib"  # "stdlib" or a path to a .bin token file with a <file>.json sidecar
+    val_batches: int = 0  # at the end: mean loss over this many validation batches per rank (0: none)
 
 
 @dataclass(frozen=True)
@@ -374,6 +375,7 @@ def _validate(cfg: JobConfig, where) -> None:
     need(t.seq_len >= 2, "training", "seq_len", "must be >= 2")
     need(t.steps >= 1, "training", "steps", "must be >= 1")
     need(t.max_norm >= 0, "training", "max_norm", "must be >= 0 (0 disables clipping)")
+    need(t.val_batches >= 0, "training", "val_batches", "must be >= 0 (0: no validation)")
     need(0 <= t.seed < 2**63, "training", "seed", "must be in [0, 2**63)")
     if t.dataset != "stdlib":
         need(t.dataset.endswith(".bin"), "training", "dataset", "allowed: 'stdlib' or a path to a .bin token file")

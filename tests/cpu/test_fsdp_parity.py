@@ -6,6 +6,7 @@ shows that the norm of DTensor-sharded gradients is reduced over ranks (a per-sh
 of it).
 """
 
+import json
 import math
 import os
 
@@ -44,11 +45,19 @@ def test_metrics_records_are_complete(runs):
     assert "summary: " in stdout
 
 
-def test_two_ranks_log_once(tmp_path_factory):
-    dump = baseline_two_ranks(str(tmp_path_factory.getbasetemp()))
+def test_two_ranks_log_once_and_validate_alike(tmp_path_factory):
+    root = str(tmp_path_factory.getbasetemp())
+    dump = baseline_two_ranks(root)
     # rank 0 alone writes metrics: one record per step, not two
     assert len(metrics(dump)) == 6
-    assert os.path.isfile(os.path.join(dump, "summary.json"))
+    summaries = []
+    for d in (dump, one_rank(root)):
+        with open(os.path.join(d, "summary.json")) as f:
+            summaries.append(json.load(f))
+    # the final validation loss (2 batches of 2 per rank vs 2 batches of 4) is the same number
+    a, b = summaries[1]["val_loss"], summaries[0]["val_loss"]
+    assert math.isfinite(a) and abs(a - b) / a < 1e-5, (a, b)
+    assert abs(a - metrics(dump)[-1]["loss"]) > 1e-4  # validation data is not the training batch
 
 
 def test_hsdp_matches_one_rank(tmp_path_factory, runs):

@@ -90,6 +90,19 @@ def build_model(cfg: JobConfig, device: torch.device, log):
     return model, info
 
 
+def evaluate(model: torch.nn.Module, loader, batches: int, device: torch.device) -> float:
+    """Mean cross-entropy over `batches` validation batches on every rank (eval mode, no grad)."""
+    model.eval()
+    total = torch.zeros((), device=device)
+    with torch.no_grad():
+        for _ in range(batches):
+            inputs, labels = (t.to(device) for t in loader.next_batch())
+            total += F.cross_entropy(model(inputs).flatten(0, 1).float(), labels.flatten(0, 1))
+    dist.all_reduce(total)
+    model.train()
+    return total.item() / (batches * dist.get_world_size())
+
+
 def run(cfg: JobConfig, log=print) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
@@ -229,6 +242,11 @@ def run(cfg: JobConfig, log=print) -> dict:
         say(f"checkpoint: saved {ckpt.save(step)}")
 
     summary = metrics.summary(skip_first=max(1, min(10, t.steps // 5)))
+    if t.val_batches:
+        val = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, t.seed, vocab_size,
+                           split="validation")
+        summary["val_loss"] = evaluate(model, val, t.val_batches, device)
+        say(f"validation: loss {summary['val_loss']:.4f} over {t.val_batches} batch(es) per rank")
     summary.update({"world_size": world, "config": cfg.source, "steps": t.steps, **info,
                     "float8": cfg.float8.recipe_name if cfg.float8.enable else None})
     if rank == 0:
