@@ -11,10 +11,11 @@ TRAIN_ARGS ?=
 
 setup: $(STAMP)
 
-# Reuse a system torch (GPU images ship one); otherwise take the CPU build of torch 2.13.
+# Reuse a system torch (GPU images ship one with its triton); otherwise take the CPU build of torch 2.13 and
+# triton 3.6, the release the GPU image has (the CPU tests run its interpreter; newer interpreters differ).
 $(STAMP): pyproject.toml
 	@if $(PY) -c "import torch" 2>/dev/null; then $(PY) -m venv --system-site-packages $(VENV); else $(PY) -m venv $(VENV); fi
-	@$(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q "torch==2.13.0"
+	@$(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q "torch==2.13.0" "triton==3.6.0"
 	$(VPY) -m pip install -q -e ".[dev]"
 	@touch $(STAMP)
 

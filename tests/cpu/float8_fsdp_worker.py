@@ -16,6 +16,9 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 DIM, HID, TOKENS, STEPS = 64, 128, 64, 10
+# FLOAT8_WORKER_DEVICE=cuda: the same scenarios over NCCL, one GPU per rank, real float8 GEMMs (tests/gpu)
+DEVICE = os.environ.get("FLOAT8_WORKER_DEVICE", "cpu")
+EMULATE = DEVICE == "cpu"
 
 
 class Block(nn.Module):
@@ -82,13 +85,13 @@ def build(config, fsdp: bool, param_dtype=None, force_tiny=True):
     from titan_fp8.float8 import Float8Linear, convert_to_float8_training
 
     torch.manual_seed(0)
-    m = Net()
+    m = Net().to(device())
     if config is not None:
         convert_to_float8_training(m, config)
     if config is not None and force_tiny:
         m.tiny = Float8Linear.from_linear(m.tiny, config)  # [64 -> 1]: forced, to get an empty shard
     if fsdp:
-        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        mesh = init_device_mesh(DEVICE, (dist.get_world_size(),))
         mp = MixedPrecisionPolicy(param_dtype=param_dtype) if param_dtype else MixedPrecisionPolicy()
         for b in m.layers:
             fully_shard(b, mesh=mesh, mp_policy=mp)
@@ -96,9 +99,13 @@ def build(config, fsdp: bool, param_dtype=None, force_tiny=True):
     return m
 
 
+def device():
+    return torch.device(DEVICE, dist.get_rank()) if DEVICE == "cuda" else torch.device("cpu")
+
+
 def batch(step):
     g = torch.Generator().manual_seed(1000 + 17 * step + dist.get_rank())
-    return torch.randn(TOKENS, DIM, generator=g)
+    return torch.randn(TOKENS, DIM, generator=g).to(device())
 
 
 def train(config, fsdp=True, precompute=False, steps=STEPS, param_dtype=None, skip_precompute_at=(),
@@ -112,12 +119,12 @@ def train(config, fsdp=True, precompute=False, steps=STEPS, param_dtype=None, sk
         def hook(mod, args, name):
             w = mod.weight
             if name not in recorded:
-                recorded[name] = {"data": getattr(w, "_data", w).detach().clone(),
-                                  "scale": getattr(w, "_scale", torch.tensor(float("nan"))).detach().clone()}
+                recorded[name] = {"data": getattr(w, "_data", w).detach().cpu().clone(),
+                                  "scale": getattr(w, "_scale", torch.tensor(float("nan"))).detach().cpu().clone()}
         for name, mod in m.named_modules():
             if isinstance(mod, Float8Linear):
                 mod.register_forward_pre_hook(lambda mod, args, name=name: hook(mod, args, name))
-        full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+        full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().cpu().clone()
                 for k, v in m.state_dict().items()}
     counter = Counter()
     if precompute:
@@ -195,8 +202,8 @@ def mxfp8_gather(tmp):
     from kernels.mxfp8 import from_mxfp8, to_mxfp8_tiles32
 
     from titan_fp8.float8 import Float8Config
-    on = Float8Config(recipe_name="mxfp8", emulate=True, enable_fsdp_float8_all_gather=True)
-    off = Float8Config(recipe_name="mxfp8", emulate=True)
+    on = Float8Config(recipe_name="mxfp8", emulate=EMULATE, enable_fsdp_float8_all_gather=True)
+    off = Float8Config(recipe_name="mxfp8", emulate=EMULATE)
     res_on, _ = train(on, steps=3, record_weights=True)
     res_off, _ = train(off, steps=3)
     exact = {}
@@ -205,7 +212,7 @@ def mxfp8_gather(tmp):
             continue
         full = res_on["full_weights"][name + ".weight"]
         d, sk, _ = to_mxfp8_tiles32(full)
-        ref = from_mxfp8(d, sk, -1, torch.float32)
+        ref = from_mxfp8(d, sk, -1, rec["data"].dtype)
         got = rec["data"]
         exact[name] = bool(torch.equal(got.view(torch.int32), ref.view(torch.int32)))
     return {"exact": exact, "losses_on": res_on["losses"], "losses_off": res_off["losses"],
@@ -213,13 +220,17 @@ def mxfp8_gather(tmp):
 
 
 def main(rank, world, init_file, out_dir):
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    if DEVICE == "cuda":
+        torch.cuda.set_device(rank)
+    else:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    dist.init_process_group("nccl" if DEVICE == "cuda" else "gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
     torch.set_num_threads(1)
     from titan_fp8.float8 import Float8Config
     from titan_fp8.float8.scaling import amax_to_scale, to_float8
 
-    tw = dict(recipe_name="tensorwise", emulate=True)
+    tw = dict(recipe_name="tensorwise", emulate=EMULATE)
     ag = Float8Config(**tw, enable_fsdp_float8_all_gather=True)
     ag_pre = Float8Config(**tw, enable_fsdp_float8_all_gather=True, precompute_float8_dynamic_scale_for_fsdp=True)
     no_ag = Float8Config(**tw)
@@ -232,7 +243,7 @@ def main(rank, world, init_file, out_dir):
     exact = {}
     for name, rec in res["recorded"].items():
         full = res["full_weights"][name + ".weight"]
-        scale = amax_to_scale(full.abs().max(), torch.float8_e4m3fn)
+        scale = amax_to_scale(full.abs().max().float(), torch.float8_e4m3fn)
         ref = to_float8(full, scale, torch.float8_e4m3fn)
         exact[name] = (bool(torch.equal(rec["data"].view(torch.uint8), ref.view(torch.uint8)))
                        and bool(torch.equal(rec["scale"], scale)))

@@ -56,3 +56,19 @@ def convert_to_float8_training(model: nn.Module, config: Optional[Float8Config] 
                 continue
             setattr(parent, name, Float8Linear.from_linear(child, config))
     return model
+
+
+def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
+    """Start-up check (call in parallelize, before the first step): every float8-all-gather weight can be gathered
+    as configured over `world_size` FSDP shards; raises ValueError naming the layer otherwise."""
+    bad = []
+    for fqn, mod in model.named_modules():
+        if not isinstance(mod, Float8Linear) or not mod.float8_config.enable_fsdp_float8_all_gather:
+            continue
+        rows = mod.out_features
+        if mod.float8_config.recipe_name == "mxfp8" and (rows % world_size or (rows // world_size) % 32):
+            bad.append(f"{fqn} [out_features={rows}]")
+    if bad:
+        raise ValueError(f"enable_fsdp_float8_all_gather: with recipe 'mxfp8' every FSDP shard must hold a multiple "
+                         f"of 32 rows (32x32 tiles must not straddle shards); over {world_size} ranks these do not: "
+                         f"{', '.join(bad)}")

@@ -24,8 +24,10 @@ granularity with power-of-two (E8M0) scales, plus 128x128 tiles for x^T in wgrad
 zeroed before the token-axis quantization so padding garbage (torch._grouped_mm leaves such rows
 uninitialised) cannot reach a real token's scale.
 
-CUDA tensors run the Triton kernels; anything else runs the emulated twin (the same quantization, then the
-float64 dequantize-then-matmul references of kernels.grouped_gemm), which tests compare with the kernels.
+CUDA tensors run the Triton kernels (quantization: kernels/grouped_gemm/quant_triton.py, one read of x / dO
+for both copies; GEMMs: kernels/grouped_gemm); anything else runs the emulated twin (the same quantization in
+plain PyTorch, kernels/grouped_gemm/quant.py, then the float64 dequantize-then-matmul references), which
+tests compare with the kernels.
 """
 from __future__ import annotations
 
@@ -86,6 +88,31 @@ def _token_major(x: torch.Tensor, offs: torch.Tensor, block: int, tile: int):
     return to_mxfp8_blocked(x.t(), -1, block, tile)
 
 
+def _quant_act(t, offs, g, row, col, col_tile, backend):
+    """Row copy of t [T, C] along C (1 x block) and token-major copy along tokens (block x col_tile), padding
+    rows zeroed for the latter. Triton: one read of t; emulated: plain PyTorch, same bytes."""
+    if backend == "triton":
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+        return to_mxfp8_blocked_rowcol(t, row_block=g.block, col_block=g.block, col_tile=col_tile, do_row=row,
+                                       do_col=col, limit=offs[-1:])
+    rd, rs = to_mxfp8_blocked(t, -1, g.block, 1) if row else (None, None)
+    cd, cs = _token_major(t, offs, g.block, col_tile) if col else (None, None)
+    return rd, rs, cd, cs
+
+
+def _quant_weight(w, g, along_out, backend):
+    """w [E, out, in] with weight_tile x block scales: along in (fprop: data [E, out, in]) or along out
+    (dgrad: data [E, in, out], i.e. W^T quantized along its last dim)."""
+    if backend == "triton":
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+        if along_out:
+            return to_mxfp8_blocked_rowcol(w, col_block=g.block, col_tile=g.weight_tile, do_row=False)[2:]
+        return to_mxfp8_blocked_rowcol(w, row_block=g.block, row_tile=g.weight_tile, do_col=False)[:2]
+    if along_out:
+        return to_mxfp8_blocked(w.transpose(1, 2), -1, g.block, g.weight_tile)
+    return to_mxfp8_blocked(w, -1, g.block, g.weight_tile)
+
+
 def _fprop(xd, xs, wd, ws, offs, out_dtype, g, backend):
     if backend == "triton":
         return mxfp8_grouped_mm_fprop(xd, xs, wd, ws, offs, out_dtype, block=g.block, w_tile=g.weight_tile,
@@ -96,13 +123,11 @@ def _fprop(xd, xs, wd, ws, offs, out_dtype, g, backend):
 class _MXFP8GroupedMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, w, offs, g, backend):
-        xd, xs = to_mxfp8_blocked(x, -1, g.block, 1)
-        wd, ws = to_mxfp8_blocked(w, -1, g.block, g.weight_tile)
+        # x along in, and (only if w needs a gradient) the token-major copy wgrad reads: float8 is what is
+        # saved for backward, not bf16 x
+        xd, xs, xtd, xts = _quant_act(x, offs, g, True, ctx.needs_input_grad[1], g.wgrad_x_tile, backend)
+        wd, ws = _quant_weight(w, g, False, backend)
         out = _fprop(xd, xs, wd, ws, offs, x.dtype, g, backend)
-        if ctx.needs_input_grad[1]:
-            xtd, xts = _token_major(x, offs, g.block, g.wgrad_x_tile)  # float8 saved, not bf16 x
-        else:
-            xtd = xts = None
         ctx.save_for_backward(xtd, xts, w, offs)
         ctx.g, ctx.backend, ctx.x_dtype, ctx.T = g, backend, x.dtype, x.shape[0]
         return out
@@ -112,10 +137,10 @@ class _MXFP8GroupedMM(torch.autograd.Function):
         xtd, xts, w, offs = ctx.saved_tensors
         g, backend = ctx.g, ctx.backend
         dx = dw = None
+        dd, ds, dtd, dts = _quant_act(dout, offs, g, ctx.needs_input_grad[0], ctx.needs_input_grad[1], 1, backend)
         if ctx.needs_input_grad[0]:
-            dd, ds = to_mxfp8_blocked(dout, -1, g.block, 1)
-            # w scaled along out (N): quantize w^T [E, in, out] along its last dim, view back as [E, out, in]
-            wtd, wts = to_mxfp8_blocked(w.transpose(1, 2), -1, g.block, g.weight_tile)
+            # w scaled along out (N): w^T [E, in, out] quantized along its last dim, viewed back as [E, out, in]
+            wtd, wts = _quant_weight(w, g, True, backend)
             wn_data, wn_scale = wtd.transpose(1, 2), wts.transpose(1, 2)  # [E, N, K] view, [E, N/32, K]
             if backend == "triton":
                 dx = mxfp8_grouped_mm_dgrad(dd, ds, wn_data, wn_scale, offs, ctx.x_dtype, block=g.block,
@@ -123,7 +148,6 @@ class _MXFP8GroupedMM(torch.autograd.Function):
             else:
                 dx = grouped_mm_dgrad_reference(dd, ds, wn_data, wn_scale, offs, out_dtype=ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            dtd, dts = _token_major(dout, offs, g.block, 1)
             if backend == "triton":
                 dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, torch.float32, block=g.block,
                                             a_tile=g.wgrad_x_tile, validate=False)

@@ -15,13 +15,28 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torchao.float8.float8_training_tensor import (
-    Float8TrainingTensor,
-    GemmInputRole,
-    LinearMMConfig,
-    ScaledMMConfig,
-    hp_tensor_and_scale_to_float8,
-)
+try:  # tensorwise / rowwise GEMMs go through torchao's Float8TrainingTensor (torch._scaled_mm dispatch)
+    from torchao.float8.float8_training_tensor import (
+        Float8TrainingTensor,
+        GemmInputRole,
+        LinearMMConfig,
+        ScaledMMConfig,
+        hp_tensor_and_scale_to_float8,
+    )
+    TORCHAO_IMPORT_ERROR = None
+except ImportError as _e:  # blockwise / mxfp8 and the config still work without torchao
+    TORCHAO_IMPORT_ERROR = _e
+
+    class Float8TrainingTensor:  # never instantiated: keeps isinstance() checks valid
+        pass
+
+    LinearMMConfig = ScaledMMConfig = GemmInputRole = hp_tensor_and_scale_to_float8 = None
+
+
+def require_torchao(recipe: str):
+    if TORCHAO_IMPORT_ERROR is not None and recipe in ("tensorwise", "rowwise"):
+        raise ImportError(f"float8 recipe {recipe!r} needs torchao>=0.18 (its Float8TrainingTensor and scaled-mm "
+                          f"dispatch): {TORCHAO_IMPORT_ERROR}") from TORCHAO_IMPORT_ERROR
 
 from .config import E4M3, E5M2, Float8Config
 from .scaling import (
@@ -37,10 +52,13 @@ from .scaling import (
     tensorwise_scale,
 )
 
-INPUT, WEIGHT, GRAD = GemmInputRole.INPUT, GemmInputRole.WEIGHT, GemmInputRole.GRAD_OUTPUT
+if GemmInputRole is not None:
+    INPUT, WEIGHT, GRAD = GemmInputRole.INPUT, GemmInputRole.WEIGHT, GemmInputRole.GRAD_OUTPUT
 
 
-def linear_mm_config(emulate: bool) -> LinearMMConfig:
+def linear_mm_config(emulate: bool):
+    if LinearMMConfig is None:
+        return None
     # fast accumulation in the forward GEMM only (torchao's default: gradients keep full accumulation)
     return LinearMMConfig(
         ScaledMMConfig(emulate, True, False, False),
@@ -118,12 +136,15 @@ def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtyp
     from torch.nn.functional import ScalingType
     # cuBLAS multiplies by its scales: pass 1/scale. Layouts as anchors/blockwise_probe.py measured on
     # torch 2.11: scale_a [M, K/128] column-major; scale_b for b.t() [K, N]: 128x128 -> [K/128, N/128] with
-    # strides (1, K/128); 1x128 -> [K/128, N] ... same rule (the transpose of b's row-major scale).
+    # strides (1, K/128); 1x128 -> [K/128, N] by the same rule (inductor's scaled_mm lowering reads 1x128 on
+    # b as [ceil(K/128), N]): the transpose of b's row-major scale.
     a_q, b_q = a_q.contiguous(), b_q.contiguous()
     sa = a_s.reciprocal().t().contiguous().t()
     sb = b_s.reciprocal().contiguous().t()
     recipe_b = ScalingType.BlockWise128x128 if b_is_tile else ScalingType.BlockWise1x128
-    return F.scaled_mm(a_q, b_q.t(), sa, ScalingType.BlockWise1x128, sb, recipe_b, output_dtype=out_dtype)
+    # cuBLAS blockwise writes bf16; fp32 parameters get their gradient converted afterwards
+    out = F.scaled_mm(a_q, b_q.t(), sa, ScalingType.BlockWise1x128, sb, recipe_b, output_dtype=torch.bfloat16)
+    return out.to(out_dtype)
 
 
 class _BlockwiseMM(torch.autograd.Function):
@@ -181,7 +202,7 @@ class _MXFP8MM(torch.autograd.Function):
         return grad_x.reshape(*g.shape[:-1], grad_x.shape[-1]), grad_w, None
 
 
-def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg: LinearMMConfig | None = None):
+def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg=None):
     """y = x @ w.T with the recipe's float8 numerics (no bias)."""
     name = config.recipe_name
     if not config.emulate and not x.is_cuda:
@@ -221,6 +242,7 @@ class Float8Linear(nn.Linear):
             new = cls(mod.in_features, mod.out_features, bias=False)
         new.weight = mod.weight
         new.bias = mod.bias
+        require_torchao(config.recipe_name)
         new.float8_config = config
         new._mm_config = linear_mm_config(config.emulate)
         if config.enable_fsdp_float8_all_gather:

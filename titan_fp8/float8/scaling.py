@@ -45,6 +45,20 @@ def to_float8(x: torch.Tensor, scale: torch.Tensor, float8_dtype: torch.dtype) -
     return (x.to(torch.float32) * scale).clamp(-fmax, fmax).to(float8_dtype)
 
 
+_compiled_to_float8 = None
+
+
+def to_float8_fused(x: torch.Tensor, scale: torch.Tensor, float8_dtype: torch.dtype) -> torch.Tensor:
+    """to_float8 as ONE kernel on CUDA (torch.compile; eager runs mul, clamp and cast as three passes), for
+    casts outside compiled regions (FSDP2 hooks). Same bits as to_float8."""
+    global _compiled_to_float8
+    if not x.is_cuda:
+        return to_float8(x, scale, float8_dtype)
+    if _compiled_to_float8 is None:
+        _compiled_to_float8 = torch.compile(to_float8, dynamic=True)
+    return _compiled_to_float8(x, scale, float8_dtype)
+
+
 def tensor_amax(x: torch.Tensor) -> torch.Tensor:
     """max |x| as an fp32 0-d tensor; 0 for an empty tensor (an empty FSDP shard); NaN if any NaN."""
     if x.numel() == 0:

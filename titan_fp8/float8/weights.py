@@ -32,7 +32,7 @@ from torch._prims_common import suggest_memory_format
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .config import E4M3, Float8Config
-from .scaling import amax_to_scale, mx_dequantize, mx_quantize_weight, tensor_amax, to_float8
+from .scaling import amax_to_scale, mx_dequantize, mx_quantize_weight, tensor_amax, to_float8_fused
 
 aten = torch.ops.aten
 
@@ -147,7 +147,7 @@ class Float8TrainingWeight(torch.Tensor):
         amax = tensor_amax(self._tensor)
         dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=_mesh_group(mesh))
         scale = amax_to_scale(amax, E4M3)
-        return to_float8(self._tensor, scale, E4M3), scale
+        return to_float8_fused(self._tensor, scale, E4M3), scale
 
     def _pre_all_gather_mxfp8(self, outer_size, world):
         rows = outer_size[0]
@@ -160,10 +160,6 @@ class Float8TrainingWeight(torch.Tensor):
 
     def fsdp_post_all_gather(self, all_gather_outputs, metadata: Any, param_dtype: torch.dtype, *,
                              out: Optional[torch.Tensor] = None):
-        from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
-
-        from .linear import linear_mm_config
-
         if self._config.recipe_name == "mxfp8":
             data, scale_k = all_gather_outputs
             w = mx_dequantize(data.view(E4M3), scale_k, -1, param_dtype)
@@ -172,6 +168,10 @@ class Float8TrainingWeight(torch.Tensor):
                     out.copy_(w)
                 return
             return w, (w,)
+        from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
+
+        from .linear import linear_mm_config
+
         (data,) = all_gather_outputs
         (scale,) = metadata
         if out is not None:

@@ -1,0 +1,206 @@
+"""Float8 Linear fwd+bwd speedup vs bf16 on one GPU: every titan_fp8 recipe and torchao's Float8Linear
+(tensorwise, rowwise), all compiled with torch.compile, at the llama_moe linear shapes and torchao's two
+documented examples (M, K, N = 1024x2048x1024: torchao reports 0.80x; 4096x8192x16384: 1.39x).
+
+The table feeds filter_fqns = ["auto_filter_small_kn"]: `--update-roofline` writes the measured speedups into
+titan_fp8/float8/roofline.json (a measured (recipe, K, N) wins over the analytic formula).
+
+GPU:   python benchmarks/float8_linear.py --update-roofline    (6 shapes x 7 variants, each compiled: ~5-8 min
+       on one H200; split with --shapes llama_moe / torchao_docs if the 10-minute limit is near)
+CPU:   python benchmarks/float8_linear.py --smoke              (tiny shapes, emulate, eager: checks it runs)
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+
+from titan_fp8.float8 import Float8Config, convert_to_float8_training  # noqa: E402
+
+# (label, M tokens, K in_features, N out_features)
+LLAMA_MOE = [
+    ("wq/wo 4096x4096", 8192, 4096, 4096),
+    ("wk/wv 4096->1024", 8192, 4096, 1024),
+    ("shared w1/w3 4096->2816", 8192, 4096, 2816),
+    ("shared w2 2816->4096", 8192, 2816, 4096),
+]
+TORCHAO_DOCS = [
+    ("torchao doc 1024x2048x1024 (0.80x)", 1024, 2048, 1024),
+    ("torchao doc 4096x8192x16384 (1.39x)", 4096, 8192, 16384),
+]
+SMOKE = [("smoke 256x256x256", 256, 256, 256), ("smoke 128x512x256", 128, 512, 256)]
+OURS = ["tensorwise", "rowwise", "blockwise", "mxfp8"]
+TORCHAO = ["tensorwise", "rowwise"]
+
+
+def time_fn(fn, device, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(iters):
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            torch.cuda.synchronize()
+            times.append(s.elapsed_time(e))
+        return statistics.median(times)
+    times = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def make_variant(kind, recipe, K, N, device, dtype, emulate):
+    lin = nn.Sequential(nn.Linear(K, N, bias=False, device=device, dtype=dtype))
+    if kind == "ours":
+        convert_to_float8_training(lin, Float8Config(recipe_name=recipe, emulate=emulate, filter_fqns=()))
+    elif kind == "torchao":
+        from torchao.float8 import Float8LinearConfig
+        from torchao.float8 import convert_to_float8_training as ao_convert
+        import dataclasses
+        cfg = Float8LinearConfig.from_recipe_name(recipe)
+        if emulate:
+            cfg = dataclasses.replace(cfg, emulate=True)
+        ao_convert(lin, config=cfg)
+    return lin
+
+
+def bench_one(lin, M, K, device, dtype, compile_mode, warmup, iters):
+    x = torch.randn(M, K, device=device, dtype=dtype, requires_grad=True)
+    model = torch.compile(lin) if compile_mode == "inductor" else lin
+    gy = None
+
+    def step():
+        nonlocal gy
+        y = model(x)
+        if gy is None:
+            gy = torch.randn_like(y)
+        y.backward(gy)
+        x.grad = None
+        for p in lin.parameters():
+            p.grad = None
+
+    return time_fn(step, device, warmup, iters), model
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, emulate=True, eager")
+    ap.add_argument("--recipes", default=",".join(OURS))
+    ap.add_argument("--shapes", default="all", choices=["all", "llama_moe", "torchao_docs"])
+    ap.add_argument("--no-torchao", action="store_true")
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--iters", type=int, default=50)
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    ap.add_argument("--update-roofline", action="store_true",
+                    help="write measured speedups into titan_fp8/float8/roofline.json")
+    args = ap.parse_args()
+
+    smoke = args.smoke or not torch.cuda.is_available()
+    device = torch.device("cpu" if smoke else "cuda")
+    dtype = torch.float32 if smoke else torch.bfloat16
+    emulate = smoke
+    compile_mode = "none" if (smoke or args.no_compile) else "inductor"
+    shapes = SMOKE if smoke else {"all": LLAMA_MOE + TORCHAO_DOCS, "llama_moe": LLAMA_MOE,
+                                  "torchao_docs": TORCHAO_DOCS}[args.shapes]
+    iters, warmup = (3, 1) if smoke else (args.iters, args.warmup)
+    recipes = [r for r in args.recipes.split(",") if r]
+
+    versions = {"torch": torch.__version__}
+    try:
+        import triton
+        versions["triton"] = triton.__version__
+    except Exception:
+        versions["triton"] = None
+    torchao_note = None
+    try:
+        if args.no_torchao:
+            raise ImportError("--no-torchao")
+        import torchao
+        versions["torchao"] = torchao.__version__
+    except Exception as e:  # pragma: no cover - GPU image without the torchao wheel
+        versions["torchao"] = None
+        torchao_note = f"torchao rows skipped: {e!r}"
+
+    rows = []
+    for label, M, K, N in shapes:
+        variants = [("bf16", None)] + [("ours", r) for r in recipes]
+        if versions["torchao"]:
+            variants += [("torchao", r) for r in TORCHAO]
+        base = None
+        for kind, recipe in variants:
+            name = kind if recipe is None else f"{kind}_{recipe}"
+            row = dict(shape=label, M=M, K=K, N=N, variant=name)
+            try:
+                torch.manual_seed(0)
+                lin = make_variant(kind, recipe, K, N, device, dtype, emulate)
+                ms, _ = bench_one(lin, M, K, device, dtype, compile_mode, warmup, iters)
+                row["ms"] = round(ms, 4)
+                row["tflops"] = round(6 * M * K * N / ms / 1e9, 1)
+                if kind == "bf16":
+                    base = ms
+                row["speedup"] = round(base / ms, 3) if base else None
+            except Exception as e:
+                row["error"] = repr(e)[:300]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            torch._dynamo.reset()
+
+    # short table
+    print(f"\n{'shape':38s} " + " ".join(f"{v:>18s}" for v in dict.fromkeys(r['variant'] for r in rows)))
+    for label, *_ in shapes:
+        cells = {r["variant"]: r for r in rows if r["shape"] == label}
+        line = []
+        for v in dict.fromkeys(r['variant'] for r in rows):
+            r = cells.get(v)
+            line.append(f"{'ERR' if r is None or 'error' in r else str(r['speedup']) + 'x':>18s}")
+        print(f"{label:38s} " + " ".join(line))
+    if torchao_note:
+        print(torchao_note)
+
+    dev = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu"
+    result = dict(benchmark="float8_linear", device=dev, date=datetime.datetime.utcnow().isoformat() + "Z",
+                  versions=versions, command=" ".join([os.path.basename(sys.executable)] + sys.argv),
+                  compile=compile_mode, smoke=smoke, note=torchao_note, results=rows)
+    os.makedirs(args.out, exist_ok=True)
+    tag = "smoke" if smoke else dev.replace(" ", "_")
+    path = os.path.join(args.out, f"float8_linear-{tag}-{datetime.date.today().isoformat()}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {path}")
+
+    if args.update_roofline and not smoke:
+        from titan_fp8.float8.roofline import TABLE
+        table = json.load(open(TABLE))
+        measured = [dict(recipe=r["variant"][5:], M=r["M"], K=r["K"], N=r["N"], speedup=r["speedup"])
+                    for r in rows if r["variant"].startswith("ours_") and r.get("speedup")]
+        keep = [m for m in table.get("measured", [])
+                if (m["recipe"], m["K"], m["N"]) not in {(x["recipe"], x["K"], x["N"]) for x in measured}]
+        table["measured"] = keep + measured
+        table["measured_source"] = f"{path} ({dev}, {result['date']})"
+        with open(TABLE, "w") as f:
+            json.dump(table, f, indent=1)
+        print(f"updated {TABLE} with {len(measured)} measured rows")
+
+
+if __name__ == "__main__":
+    main()
