@@ -11,11 +11,13 @@ ratio to bf16 and fp8 rowwise. Each of our outputs is checked against the float6
 reference (kernels/grouped_gemm/reference.py) at the full shape. Timing: triton.testing.do_bench median,
 alternating between two input sets (each far larger than the 50-60 MB L2) so no run reads from a warm cache.
 
-Our variants (what each operand's scales look like; all are valid MXFP8 tensors, see the kernels' docstring):
-  mx128     activations and gradients 1x128 along the reduction axis, weights 128x128 tiles
-            (fprop/dgrad), dO^T and x^T 1x128 along tokens (wgrad)
-  mx128_xt  as mx128, but x^T for wgrad in 128x128 tiles (per-row promotion in wgrad)
-  mx32      plain 1x32 MXFP8 activations and gradients everywhere, weights 128x128 tiles; x^T 1x32
+Our variants (what each operand's scales look like; all are valid MXFP8 tensors, see the kernels' docstring;
+the first three are the granularities of titan_fp8.float8.experts):
+  mx128       activations and gradients 1x128 along the reduction axis, weights 128x128 tiles (fprop/dgrad);
+              wgrad: dO^T 1x128 along tokens, x^T in 128(features) x 128(tokens) tiles
+  mx32        plain 1x32 on every activation and gradient, weights 128x128 tiles; wgrad x^T 128 x 32 tiles
+  mx32_plain  plain 1x32 everything (weights too): the format with no sharing at all
+  mx128_xt1   wgrad only: as mx128 but x^T 1x128 (outer-product promotion), to show what the tile buys
 Writes benchmarks/results/mxfp8_grouped_gemm-<device>-<date>.json (or under $OUT when set).
 """
 
@@ -42,8 +44,9 @@ from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
 
 SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
 E, TPE = 8, 8192
-# name: (block, weight tile, x^T tile for wgrad)
-VARIANTS = {"mx128": (128, 128, 1), "mx128_xt": (128, 128, 128), "mx32": (32, 128, 1)}
+# name: (block, weight tile, x^T tile for wgrad) -- the first three are titan_fp8.float8.experts' GRANULARITIES
+VARIANTS = {"mx128": (128, 128, 128), "mx32": (32, 128, 128), "mx32_plain": (32, 1, 1),
+            "mx128_xt1": (128, 128, 1)}
 F8 = torch.float8_e4m3fn
 
 
@@ -179,7 +182,7 @@ def main():
                     "wgrad": lambda q=qs[0]: grouped_mm_wgrad_reference(*q[2], *q[3], offs, out_dtype=torch.float64),
                 }
                 for p, fns in calls.items():
-                    if vname == "mx128_xt" and p != "wgrad":
+                    if vname == "mx128_xt1" and p != "wgrad":
                         continue  # identical to mx128 there
                     try:
                         # once with validate=True: the declared scale sharing holds (device-side assert)
@@ -217,6 +220,10 @@ def main():
         if "error" in r:
             print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:6s} {r['variant']:12s} ERROR {r['error'][:60]}")
             continue
+        if "TBps" in r:
+            print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:6s} {r['variant']:12s} {r['ms']:.3f} ms "
+                  f"{r['TBps']} TB/s (read + written)")
+            continue
         print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:6s} {r['variant']:12s} {r['TFLOPs']:8.1f} "
               f"{r.get('vs_bf16') or '':>8} {r.get('vs_fp8_rowwise') or '':>8} {'' if r.get('rel_err') is None else r['rel_err']:>9}")
     print("wrote", write_json(meta, rows))
@@ -225,7 +232,18 @@ def main():
 def op_section(rec, dev, shape):
     """End to end: titan_fp8.float8.experts.mxfp8_grouped_mm forward + backward (all quantizations included)
     against torch._grouped_mm bf16 forward + backward, even routing. FLOPs: 3 GEMMs."""
-    from titan_fp8.float8.experts import mxfp8_grouped_mm
+    try:
+        from titan_fp8.float8.experts import mxfp8_grouped_mm
+    except ModuleNotFoundError as e:  # the package __init__ imports torchao, which the GPU image may lack
+        if "torchao" not in str(e):
+            raise
+        import importlib.util
+        path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "titan_fp8", "float8",
+                            "experts.py")
+        spec = importlib.util.spec_from_file_location("_titan_fp8_experts_standalone", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mxfp8_grouped_mm = mod.mxfp8_grouped_mm
     K, N = SHAPES[shape]
     M = E * TPE
     flops = 3 * 2 * M * N * K
@@ -240,6 +258,19 @@ def op_section(rec, dev, shape):
             fn(x, w, offs).backward(go)
         return run
 
+    # the one-read quantizer the op uses for x (row copy 1x128 + token-major 128x128-tile copy)
+    try:
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+        xq = x.detach()
+        lim = offs[-1:]
+        for name, kw in (("quant_x_mx128", dict(row_block=128, col_block=128, col_tile=128)),
+                         ("quant_x_mx32", dict(row_block=32, col_block=32, col_tile=128))):
+            ms = bench([lambda kw=kw: to_mxfp8_blocked_rowcol(xq, limit=lim, **kw)] * 2)
+            byts = M * K * 2 + 2 * (M * K + M * K // 32)
+            rec(shape=shape, routing="even", pass_="quant", variant=name, ms=round(ms, 4), TFLOPs=float("nan"),
+                TBps=round(byts / ms / 1e9, 3))
+    except Exception as e:
+        rec(shape=shape, routing="even", pass_="quant", variant="quant_x", error=repr(e)[:300])
     bf16 = lambda x, w, offs: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)  # noqa: E731
     variants = {"bf16": bf16}
     for g in ("mx128", "mx32"):

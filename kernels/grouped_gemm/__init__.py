@@ -27,9 +27,13 @@ the result for operands that satisfy them:
              rows of the output's column axis (square TxT tiles satisfy it both ways): the promotion factor
              becomes a per-row vector. T must be a multiple of the kernel's column tile (128).
 Declarations are checked on the device without a host sync (torch._assert_async) unless validate=False.
+Operands must index within 2^31 elements (32-bit offsets in the kernels); larger calls raise ValueError.
+Launch configurations (FPROP_CONFIGS / WGRAD_CONFIGS) come from H200 sweeps; see NOTES.md for the numbers.
 
 All three are torch.library custom ops (titan_fp8::mxfp8_grouped_mm_{fprop,dgrad,wgrad}) with fake
 implementations, so torch.compile and FSDP2 trace through them. References: reference.py (float64).
+Operands with shared scales: quant.py (plain PyTorch, any device) and quant_triton.py (one read, GPU;
+custom op titan_fp8::mxfp8_blocked_rowcol), bit-identical to each other.
 """
 
 from __future__ import annotations
@@ -145,6 +149,17 @@ def triton_cdiv(a, b):
     return (a + b - 1) // b
 
 
+_I32 = 2**31
+
+
+def _check_int32_indexing(who, **tensors):
+    # The kernels index with 32-bit offsets (the measured, fastest code); refuse what would overflow them.
+    for name, t in tensors.items():
+        if t.numel() and sum((n - 1) * st for n, st in zip(t.shape, t.stride())) >= _I32:
+            raise ValueError(f"{who}: {name} of shape {tuple(t.shape)} needs 64-bit indexing (>= 2^31 "
+                             f"elements); split the call along its token axis")
+
+
 # ------------------------------------------------------------------------------------------ launchers
 def _launch_nt(a, sa, b, sb, offs, out_dtype, block, tiled, config=None):
     """out[g] = A[g] @ B[e]^T with A [M, R] (R contiguous), B [E, C, R] (R contiguous), scales addressed by
@@ -156,6 +171,7 @@ def _launch_nt(a, sa, b, sb, offs, out_dtype, block, tiled, config=None):
     out = torch.empty(M, C, dtype=out_dtype, device=a.device)
     if M == 0 or C == 0:
         return out
+    _check_int32_indexing("mxfp8 grouped GEMM", A=a, B=b, out=out)
     cfg = config or _pick(FPROP_CONFIGS[(block, tiled)], R)
     BM, BN, SUB, warps, stages, GROUP_M = cfg[:6]
     extra = dict(cfg[6]) if len(cfg) > 6 else {}  # experimental knobs: PIPE, USE_TMA
@@ -166,6 +182,8 @@ def _launch_nt(a, sa, b, sb, offs, out_dtype, block, tiled, config=None):
     num_m = _grid_m_tiles(M, E, BM)
     grid = (num_m * triton_cdiv(C, BN),)
     even_k = R % (block * SUB) == 0
+    if extra.get("USE_TMA") and not even_k and SUB > 1:
+        raise ValueError("USE_TMA with SUB > 1 needs K % (block * SUB) == 0")
     if extra.get("PIPE") and not (tiled and even_k and SUB == 1):
         raise ValueError("PIPE needs a tiled B, SUB == 1 and K % block == 0")
     if extra.get("USE_TMA"):
@@ -195,6 +213,7 @@ def _launch_wgrad(x, sx, y, sy, offs, out_dtype, block, tiled, config=None):
         return out
     if M == 0:
         return out.zero_()
+    _check_int32_indexing("mxfp8 grouped wgrad", dO_t=x, A_t=y, out=out)
     cfg = config or _pick(WGRAD_CONFIGS[(block, tiled)], M)
     BN, BK, warps, stages, GROUP_N = cfg[:5]
     extra = dict(cfg[5]) if len(cfg) > 5 else {}  # experimental knobs: USE_TMA

@@ -16,6 +16,9 @@ operands actually passed, they only state what the scales must look like:
             promotion costs one FMA per accumulator element. False: factor = outer product s_a[m] * s_b[n].
 The Python launchers (kernels/grouped_gemm/__init__.py) pick SK/B_TILE from what the caller declares and
 check the declaration on the device (torch._assert_async), so a mismatch fails loudly, never silently.
+Launch knobs measured in NOTES.md: USE_TMA (operand tiles through TMA descriptors instead of pointer loads;
+a few % at most shapes, used by the default configs) and PIPE (issue the next dot before promoting the
+previous one; slower on triton 3.6, which waits for each wgmma right after issuing it; kept for the record).
 
 Groups: offs[e] is the cumulative END row of group e (as torch._grouped_mm); groups may be empty; rows at or
 after offs[-1] are padding and the fprop/dgrad kernel writes zeros there. No host synchronisation: every
@@ -100,7 +103,8 @@ def _mx_grouped_mm_kernel(
     tile_base = 0
     start = 0
     for e in tl.static_range(E):
-        end = tl.load(offs_ptr + e)
+        # clamped to [start, M]: invalid offs (decreasing, past M) give wrong groups, never stray writes
+        end = tl.minimum(tl.maximum(tl.load(offs_ptr + e), start), M)
         n_t = tl.cdiv(end - start, BM)
         hit = (mt >= tile_base) & (mt < tile_base + n_t)
         expert = tl.where(hit, e, expert)
@@ -246,8 +250,8 @@ def _mx_grouped_wgrad_kernel(
     nt = first_n + (pid % width) % gsz
     kt = (pid % width) // gsz
 
-    start = tl.load(offs_ptr + e - 1, mask=e > 0, other=0)
-    end = tl.load(offs_ptr + e)
+    end = tl.minimum(tl.load(offs_ptr + e), M)  # clamped: invalid offs never read past the tensors
+    start = tl.minimum(tl.maximum(tl.load(offs_ptr + e - 1, mask=e > 0, other=0), 0), end)
     offs_n = nt * BN + tl.arange(0, BN)
     offs_k = kt * BK + tl.arange(0, BK)
     ln = tl.minimum(offs_n, N - 1)

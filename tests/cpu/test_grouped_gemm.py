@@ -60,6 +60,48 @@ def test_blocked_shares_the_largest_fine_scale(block, tile):
     assert rel(from_mxfp8(d, s), x) < 0.04
 
 
+def _eq_bytes(a, b):
+    return torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+def _token_major_reference(x, limit, block, tile):
+    rows = torch.arange(x.shape[0])
+    x = torch.where((rows < limit)[:, None], x, torch.zeros((), dtype=x.dtype))
+    x = torch.nn.functional.pad(x, (0, 0, 0, (-x.shape[0]) % 32))
+    return to_mxfp8_blocked(x.t(), -1, block, tile)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rb,cb,ct,limit", [(128, 128, 128, 150), (32, 32, 1, 200), (64, 32, 128, 199)])
+def test_triton_blocked_quantizer_is_bit_identical(dtype, rb, cb, ct, limit):
+    """One read of x -> row copy (1 x rb) and token-major copy (cb x ct tiles, rows >= limit zeroed,
+    tokens padded to 32): the same bytes as quant.py's plain PyTorch (subnormal, zero, NaN, padding)."""
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+    torch.manual_seed(rb + cb + ct)
+    x = (torch.randn(200, 224) * torch.exp(torch.randn(200, 1) * 3)).to(dtype)
+    x[3, 5] = float("nan")
+    x[7] = 0.0
+    x[9, :4] = 1e-40
+    x[150:] = float("nan")
+    qr, sr, qc, sc = to_mxfp8_blocked_rowcol(x, row_block=rb, col_block=cb, col_tile=ct,
+                                             limit=torch.tensor([limit], dtype=torch.int32))
+    rd, rs = to_mxfp8_blocked(x, -1, rb, 1)
+    cd, cs = _token_major_reference(x, limit, cb, ct)
+    assert qc.shape == (224, 224) and sc.shape == (224, 7)
+    assert _eq_bytes(qr, rd) and torch.equal(sr, rs) and _eq_bytes(qc, cd) and torch.equal(sc, cs)
+
+
+@pytest.mark.parametrize("block,tile", [(128, 128), (32, 128), (32, 1)])
+def test_triton_blocked_quantizer_weights(block, tile):
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+    w = torch.randn(3, 256, 160) * torch.exp(torch.randn(3, 256, 1))
+    qr, sr, _, _ = to_mxfp8_blocked_rowcol(w, row_block=block, row_tile=tile, do_col=False)
+    _, _, qc, sc = to_mxfp8_blocked_rowcol(w, col_block=block, col_tile=tile, do_row=False)
+    rd, rs = to_mxfp8_blocked(w, -1, block, tile)
+    cd, cs = to_mxfp8_blocked(w.transpose(1, 2), -1, block, tile)  # W^T [E, K, N] along N (dgrad)
+    assert _eq_bytes(qr, rd) and torch.equal(sr, rs) and _eq_bytes(qc, cd) and torch.equal(sc, cs)
+
+
 # ------------------------------------------------------------------------------------------ fprop / dgrad
 def _rows_with_nan_padding(M, K, offs_last):
     x = torch.randn(M, K) * torch.exp(torch.randn(M, 1))
@@ -216,6 +258,11 @@ def test_fake_impls_give_shapes():
         dt = torch.empty(128, 96, dtype=torch.float8_e4m3fn)
         dts = torch.empty(128, 3, dtype=torch.uint8)
         assert mxfp8_grouped_mm_wgrad(dt, dts, xt, xts, offs, validate=False).shape == (3, 128, 64)
+        from kernels.grouped_gemm.quant_triton import _blocked_rowcol_op
+        x = torch.empty(1, 100, 64, dtype=torch.bfloat16)
+        qr, sr, qc, sc = _blocked_rowcol_op(x, offs[-1:], 128, 1, 128, 128, True, True)
+        assert (qr.shape, sr.shape, qc.shape, sc.shape) == ((1, 100, 64), (1, 100, 2), (1, 64, 128), (1, 64, 4))
+        assert qr.dtype == qc.dtype == torch.float8_e4m3fn and sr.dtype == sc.dtype == torch.uint8
 
 
 # ------------------------------------------------------------------------------------------ autograd op
@@ -279,3 +326,20 @@ def test_autograd_op_rejects_bad_inputs():
         mxfp8_grouped_mm(x, w, offs_t([32, 64]), granularity="mx16")
     with pytest.raises(ValueError, match="multiples of 32"):
         mxfp8_grouped_mm(torch.randn(64, 40), torch.randn(2, 128, 40), offs_t([32, 64]))
+
+
+def test_offs_past_the_tensor_are_clamped_not_followed():
+    """offs is not checked on the host (that would sync); offs[-1] > M must still stay inside the tensors:
+    the kernels clamp group ends to M, which is what the references' slicing does too."""
+    torch.manual_seed(4)
+    M, K, N = 96, 64, 128
+    offs = offs_t([40, 500])
+    x, w = torch.randn(M, K), torch.randn(2, N, K) * 0.05
+    ad, as_ = to_mxfp8(x, -1, backend="reference")
+    wd, ws = to_mxfp8(w, -1, backend="reference")
+    out = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, torch.float32)
+    assert rel(out, grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)) < TOL_FP32
+    dt, ds = to_mxfp8(torch.randn(M, N).t().contiguous(), -1, backend="reference")
+    xt, xs = to_mxfp8(x.t().contiguous(), -1, backend="reference")
+    dw = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs)
+    assert rel(dw, grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)) < TOL_FP32

@@ -1,0 +1,186 @@
+"""One-read Triton quantizer for the grouped-GEMM operands with shared scales (quant.py's rule, on GPU).
+
+    to_mxfp8_blocked_rowcol(x, row_block, row_tile, col_block, col_tile, do_row, do_col, limit)
+
+x [M, K] or [B, M, K] (bf16/fp16/fp32) is read once; it writes
+  row copy: data [.., M, K], scale [.., M, K/32]   == quant.to_mxfp8_blocked(x, -1, row_block, row_tile)
+  col copy: data [.., K, MC], scale [.., K, MC/32] == quant.to_mxfp8_blocked(x'^T, -1, col_block, col_tile)
+where x' is x with rows at or past limit[0] (a device scalar, e.g. offs[-1]; no host sync) set to zero and
+MC = M rounded up to 32 (the zero rows appended). The column copy is token-major: what wgrad reads (x^T,
+dO^T) and what dgrad reads for weights (W^T [E, K, N] scaled along N).
+
+The format's arithmetic (exponent from the amax bits, the e4m3 encoding, NaN blocks, the interpreter-safe
+paths) is kernels/mxfp8/triton.py's, imported from there; this file only arranges tiles: 128 x 128 per
+program, one scale per row_block x row_tile (row copy) and col_block x col_tile (col copy) region,
+written into every 1x32 block it covers. Bit-identical to quant.py (tests: CPU interpreted, GPU compiled).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.mxfp8.triton import (
+    _INTERPRET,
+    _as_kernel_input,
+    _encode,
+    _exponent_from_amax_bits,
+    _load_f32,
+    _multiplier,
+    _scale_byte,
+    default_hw_cast,
+)
+
+BM = 128  # rows (tokens / N) per program
+BK = 128  # columns (features / K) per program
+
+
+@triton.jit
+def _blocked_rowcol_kernel(
+    x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, limit_ptr,
+    M, K, MC, sxb, sqrb, ssrb, sqcb, sscb,
+    BM: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr, RT: tl.constexpr, CB: tl.constexpr,
+    CT: tl.constexpr, DO_ROW: tl.constexpr, DO_COL: tl.constexpr, USE_LIMIT: tl.constexpr,
+    HW_CAST: tl.constexpr, IS_BF16: tl.constexpr,
+):
+    pid_m = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    b = tl.program_id(2).to(tl.int64)
+    m0 = pid_m.to(tl.int64) * BM
+    k0 = pid_k.to(tl.int64) * BK
+    r = tl.arange(0, BM)
+    c = tl.arange(0, BK)
+    rows = pid_m * BM + r
+    rmask = rows < M
+    cmask = pid_k * BK + c < K
+    offs = r[:, None] * K + c[None, :]
+    x = _load_f32(x_ptr + b * sxb + m0 * K + k0, offs, rmask[:, None] & cmask[None, :], IS_BF16)
+    xa = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    if DO_ROW:
+        ar = tl.max(tl.reshape(xa, [BM, BK // RB, RB]), axis=2)  # [BM, BK/RB]
+        if RT > 1:  # RT == BM: one scale per (tile rows x RB)
+            ar = tl.broadcast_to(tl.max(ar, axis=0)[None, :], [BM, BK // RB])
+        er = _exponent_from_amax_bits(ar)
+        xr = tl.reshape(x, [BM, BK // RB, RB])
+        cr = _encode(xr * _multiplier(ar, er, HW_CAST)[:, :, None], (ar >= 0x7F800000)[:, :, None], HW_CAST)
+        tl.store(qr_ptr + b * sqrb + m0 * K + k0 + offs, tl.reshape(cr, [BM, BK]),
+                 mask=rmask[:, None] & cmask[None, :])
+        sb = _scale_byte(ar, er).to(tl.uint8)
+        sb32 = tl.reshape(tl.broadcast_to(sb[:, :, None], [BM, BK // RB, RB // 32]), [BM, BK // 32])
+        kb = tl.arange(0, BK // 32)
+        tl.store(sr_ptr + b * ssrb + m0 * (K // 32) + pid_k * (BK // 32) + r[:, None] * (K // 32) + kb[None, :],
+                 sb32, mask=rmask[:, None] & (pid_k * (BK // 32) + kb < K // 32)[None, :])
+    if DO_COL:
+        if USE_LIMIT:
+            keep = rows < tl.load(limit_ptr)
+            x = tl.where(keep[:, None], x, 0.0)
+            xa = tl.where(keep[:, None], xa, 0)
+        ac = tl.max(tl.reshape(xa, [BM // CB, CB, BK]), axis=1)  # [BM/CB, BK]
+        if CT > 1:  # CT == BK: one scale per (CB rows x tile columns)
+            ac = tl.broadcast_to(tl.max(ac, axis=1)[:, None], [BM // CB, BK])
+        ec = _exponent_from_amax_bits(ac)
+        xc = tl.reshape(x, [BM // CB, CB, BK])
+        cc = _encode(xc * _multiplier(ac, ec, HW_CAST)[:, None, :], (ac >= 0x7F800000)[:, None, :], HW_CAST)
+        cc = tl.reshape(cc, [BM, BK])
+        tl.store(qc_ptr + b * sqcb + k0 * MC + m0 + c[None, :] * MC + r[:, None], cc,
+                 mask=(rows < MC)[:, None] & cmask[None, :])
+        sc = _scale_byte(ac, ec).to(tl.uint8)
+        sc32 = tl.reshape(tl.broadcast_to(sc[:, None, :], [BM // CB, CB // 32, BK]), [BM // 32, BK])
+        mb = tl.arange(0, BM // 32)
+        tl.store(sc_ptr + b * sscb + k0 * (MC // 32) + pid_m * (BM // 32) + c[None, :] * (MC // 32) + mb[:, None],
+                 sc32, mask=(pid_m * (BM // 32) + mb < MC // 32)[:, None] & cmask[None, :])
+
+
+_CONFIGS = [triton.Config({}, num_warps=w) for w in (8, 16)]
+_tuned_kernel = None
+
+
+def _kernel(config_warps):
+    global _tuned_kernel
+    if _INTERPRET or config_warps is not None:
+        return _blocked_rowcol_kernel, {"num_warps": config_warps or 4}
+    if _tuned_kernel is None:
+        _tuned_kernel = triton.autotune(configs=_CONFIGS, key=["M", "K", "RB", "RT", "CB", "CT", "DO_ROW",
+                                                               "DO_COL"])(_blocked_rowcol_kernel)
+    return _tuned_kernel, {}
+
+
+def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast=None, num_warps=None):
+    B, M, K = x3.shape
+    MC = (M + 31) // 32 * 32
+    dev = x3.device
+    u8 = torch.uint8
+    qr = torch.empty((B, M, K) if do_row else (0,), dtype=u8, device=dev)
+    sr = torch.empty((B, M, K // 32) if do_row else (0,), dtype=u8, device=dev)
+    qc = torch.empty((B, K, MC) if do_col else (0,), dtype=u8, device=dev)
+    sc = torch.empty((B, K, MC // 32) if do_col else (0,), dtype=u8, device=dev)
+    if (do_row or do_col) and B * MC * K:
+        hw = default_hw_cast(dev) if hw_cast is None else hw_cast
+        xin, is_bf16 = _as_kernel_input(x3)
+        lim = limit if limit is not None else torch.zeros(1, dtype=torch.int32, device=dev)
+        kernel, launch = _kernel(num_warps)
+        grid = (triton.cdiv(MC, BM), triton.cdiv(K, BK), B)
+        kernel[grid](
+            xin, qr, sr, qc, sc, lim,
+            M, K, MC, M * K, M * K, M * (K // 32), K * MC, K * (MC // 32),
+            BM=BM, BK=BK, RB=row_block, RT=row_tile, CB=col_block, CT=col_tile, DO_ROW=do_row, DO_COL=do_col,
+            USE_LIMIT=limit is not None, HW_CAST=hw, IS_BF16=is_bf16, **launch,
+        )
+    f8 = torch.float8_e4m3fn
+    return qr.view(f8), sr, qc.view(f8), sc
+
+
+@torch.library.custom_op("titan_fp8::mxfp8_blocked_rowcol", mutates_args=())
+def _blocked_rowcol_op(x3: torch.Tensor, limit: Optional[torch.Tensor], row_block: int, row_tile: int,
+                       col_block: int, col_tile: int, do_row: bool,
+                       do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col)
+
+
+@_blocked_rowcol_op.register_fake
+def _(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col):
+    B, M, K = x3.shape
+    MC = (M + 31) // 32 * 32
+    f8, u8 = torch.float8_e4m3fn, torch.uint8
+    return (x3.new_empty((B, M, K) if do_row else (0,), dtype=f8),
+            x3.new_empty((B, M, K // 32) if do_row else (0,), dtype=u8),
+            x3.new_empty((B, K, MC) if do_col else (0,), dtype=f8),
+            x3.new_empty((B, K, MC // 32) if do_col else (0,), dtype=u8))
+
+
+def to_mxfp8_blocked_rowcol(x: torch.Tensor, *, row_block: int = 128, row_tile: int = 1, col_block: int = 128,
+                            col_tile: int = 1, do_row: bool = True, do_col: bool = True,
+                            limit: torch.Tensor | None = None, hw_cast: bool | None = None,
+                            num_warps: int | None = None):
+    """See the module docstring. Returns (row_data, row_scale, col_data, col_scale); a copy not asked for
+    is None. row_tile / col_tile must be 1 or 128; blocks 32, 64 or 128. Runs as the custom op
+    titan_fp8::mxfp8_blocked_rowcol (fake implementation included) unless hw_cast / num_warps are forced."""
+    who = "to_mxfp8_blocked_rowcol"
+    if x.ndim not in (2, 3):
+        raise ValueError(f"{who}: x must be [M, K] or [B, M, K], got shape {tuple(x.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"{who}: x.dtype is {x.dtype}; expected bf16, fp16 or fp32")
+    for name, v, allowed in (("row_block", row_block, (32, 64, 128)), ("col_block", col_block, (32, 64, 128)),
+                             ("row_tile", row_tile, (1, BM)), ("col_tile", col_tile, (1, BK))):
+        if v not in allowed:
+            raise ValueError(f"{who}: {name}={v}; allowed: {allowed}")
+    if not (x.is_cuda or _INTERPRET):
+        raise RuntimeError(f"{who}: x is on {x.device}; needs CUDA or TRITON_INTERPRET=1")
+    if limit is not None and (limit.dtype != torch.int32 or limit.numel() != 1):
+        raise ValueError(f"{who}: limit must be a 1-element int32 tensor, got {limit.dtype} {tuple(limit.shape)}")
+    x3 = x.contiguous() if x.ndim == 3 else x.contiguous().unsqueeze(0)
+    B, M, K = x3.shape
+    if K % 32:
+        raise ValueError(f"{who}: x.shape[-1] = {K} is not a multiple of 32")
+    if x.ndim == 3 and M % 32:
+        raise ValueError(f"{who}: x.shape[-2] = {M} is not a multiple of 32")
+    if hw_cast is not None or num_warps is not None:
+        out = _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast, num_warps)
+    else:
+        out = _blocked_rowcol_op(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col)
+    qr, sr, qc, sc = out
+    sq = (lambda t: t) if x.ndim == 3 else (lambda t: t.squeeze(0))
+    return (sq(qr) if do_row else None, sq(sr) if do_row else None,
+            sq(qc) if do_col else None, sq(sc) if do_col else None)
