@@ -9,8 +9,9 @@ plus the llama_moe model (titan_fp8.models.llama_moe, fewer layers with --moe-la
   ao_fp8_ag          torchao + float8 all-gather
   ao_fp8_ag_pre      torchao + float8 all-gather + precompute (per torchao docs: after optimizer.step)
   ours_fp8           titan_fp8 tensorwise, bf16 all-gather
-  ours_fp8_ag        titan_fp8 + float8 all-gather (one AMAX all-reduce per weight per gather)
-  ours_fp8_ag_pre    titan_fp8 + float8 all-gather + precompute (ONE all-reduce + one cast per step, incl. step 1)
+  ours_fp8_ag        titan_fp8 + float8 all-gather (ONE AMAX all-reduce per step, made by the first gather)
+  ours_fp8_ag_pre    titan_fp8 + float8 all-gather + precompute (ONE all-reduce per step after optimizer.step,
+                     incl. step 1; each gather casts its shard in one fused kernel, no cached casts)
   moe_bf16 / moe_ours_fp8 / moe_ours_fp8_ag_pre    the llama_moe model
 
 NCCL_MAX_CTAS must be set before the process group starts, so the launcher re-runs torchrun per value.

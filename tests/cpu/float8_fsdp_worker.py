@@ -86,10 +86,12 @@ def build(config, fsdp: bool, param_dtype=None, force_tiny=True):
 
     torch.manual_seed(0)
     m = Net().to(device())
+    if config is not None and force_tiny:
+        # [64 -> 1]: forced, to get an empty shard; made before convert_to_float8_training, which puts it in the
+        # model's ScaleGroup (one all-reduce for all weights' scales)
+        m.tiny = Float8Linear.from_linear(m.tiny, config)
     if config is not None:
         convert_to_float8_training(m, config)
-    if config is not None and force_tiny:
-        m.tiny = Float8Linear.from_linear(m.tiny, config)  # [64 -> 1]: forced, to get an empty shard
     if fsdp:
         mesh = init_device_mesh(DEVICE, (dist.get_world_size(),))
         mp = MixedPrecisionPolicy(param_dtype=param_dtype) if param_dtype else MixedPrecisionPolicy()

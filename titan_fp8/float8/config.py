@@ -14,6 +14,9 @@ E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 
 AUTO_FILTER = "auto_filter_small_kn"
+# titan_fp8.float8.experts.GRANULARITIES' names (kept here so the config imports no kernels; a test checks
+# the two agree)
+EXPERT_GRANULARITIES = ("mx128", "mx32", "mx32_plain")
 
 
 class Recipe(NamedTuple):
@@ -65,13 +68,18 @@ class Float8Config:
     enable_fsdp_float8_all_gather: FSDP2 all-gathers weights already in float8 (tensorwise, mxfp8).
     precompute_float8_dynamic_scale_for_fsdp: tensorwise + float8 all-gather only; the trainer calls
         `precompute_float8_dynamic_scale_for_fsdp(model)` once after `parallelize` and after every
-        optimizer step: ONE all-reduce for every float8 weight's scale, and one cast of every shard.
+        optimizer step: ONE all-reduce for every float8 weight's scale (without it, the first all-gather of
+        each step makes the same single all-reduce; precompute takes it off the all-gather path).
     filter_fqns: Linear layers whose fqn contains one of these as whole dotted components stay high
         precision ("output" matches "output", not "output_proj"; "router" matches
         "layers.0.moe.router.gate"). "auto_filter_small_kn" also skips layers too small to speed up
         (roofline in roofline.json).
     emulate: run the float8 numerics without fp8 hardware (CPU, tests): quantize exactly as on the GPU,
         then an fp32 matmul of the dequantized operands.
+    convert_experts: recipe "mxfp8" only: routed experts (every GroupedExperts not excluded by filter_fqns)
+        run titan_fp8.float8.experts.mxfp8_grouped_mm, and their MoE pads token groups to its scale block.
+    experts_granularity: that op's scale granularity ("mx128" default: the one faster than bf16 on H200;
+        "mx32", "mx32_plain"; see titan_fp8/float8/experts.py).
     """
 
     recipe_name: str = "tensorwise"
@@ -79,13 +87,19 @@ class Float8Config:
     precompute_float8_dynamic_scale_for_fsdp: bool = False
     filter_fqns: tuple = ("output", "router")
     emulate: bool = False
+    convert_experts: bool = True
+    experts_granularity: str = "mx128"
     recipe: Recipe = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.recipe_name not in RECIPES:
             raise ValueError(f"recipe_name: {self.recipe_name!r} is not a float8 recipe; allowed: "
                              f"{', '.join(map(repr, RECIPES))}")
-        for name in ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "emulate"):
+        if self.experts_granularity not in EXPERT_GRANULARITIES:
+            raise ValueError(f"experts_granularity: {self.experts_granularity!r} is not an MXFP8 expert granularity; "
+                             f"allowed: {', '.join(map(repr, EXPERT_GRANULARITIES))}")
+        for name in ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "emulate",
+                     "convert_experts"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected true/false, got {getattr(self, name)!r}")
         object.__setattr__(self, "filter_fqns", _fqn_list(self.filter_fqns))

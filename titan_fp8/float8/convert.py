@@ -55,7 +55,50 @@ def convert_to_float8_training(model: nn.Module, config: Optional[Float8Config] 
             if module_filter_fn is not None and not module_filter_fn(child, fqn):
                 continue
             setattr(parent, name, Float8Linear.from_linear(child, config))
+    if config.recipe_name == "mxfp8" and config.convert_experts:
+        _convert_experts(model, config, module_filter_fn)
+    _stamp_scale_group(model)
     return model
+
+
+def _convert_experts(model: nn.Module, config: Float8Config, module_filter_fn) -> None:
+    """Routed experts: GroupedExperts.mm -> the MXFP8 grouped GEMM; the owning MoE pads each expert's token
+    group to the op's scale block (so wgrad's token blocks never straddle two experts)."""
+    from titan_fp8.models.moe import MoE
+
+    from .experts import GRANULARITIES, make_mxfp8_grouped_mm
+
+    gran = GRANULARITIES[config.experts_granularity]
+    for fqn, moe in model.named_modules():
+        if not isinstance(moe, MoE):
+            continue
+        efqn = f"{fqn}.experts" if fqn else "experts"
+        if any(fqn_matches(efqn, p) for p in config.filter_fqns if p != AUTO_FILTER):
+            continue
+        if module_filter_fn is not None and not module_filter_fn(moe.experts, efqn):
+            continue
+        ex = moe.experts
+        bad = [f"{n} {tuple(getattr(ex, n).shape)}" for n in ("w1", "w2", "w3") if any(d % 32 for d in getattr(ex, n).shape[1:])]
+        if bad:
+            raise ValueError(f"convert_to_float8_training: {efqn} cannot run MXFP8 (its out/in dims must be multiples "
+                             f"of 32): {', '.join(bad)}; exclude it with filter_fqns=[..., 'experts']")
+        ex.mm = make_mxfp8_grouped_mm(config.experts_granularity, backend="emulated" if config.emulate else "auto")
+        ex.float8_granularity = config.experts_granularity
+        moe.token_group_align = max(moe.token_group_align, gran.block)
+
+
+def _stamp_scale_group(model: nn.Module) -> None:
+    """Every tensorwise float8-all-gather Linear of `model` (also ones made earlier with from_linear) shares one
+    ScaleGroup: without precompute, the first all-gather of a step computes all their scales with ONE
+    all-reduce (weights.py)."""
+    from .weights import ScaleGroup
+    members = [(fqn, m) for fqn, m in model.named_modules()
+               if isinstance(m, Float8Linear) and m.float8_config.enable_fsdp_float8_all_gather
+               and m.float8_config.recipe_name == "tensorwise"]
+    if members:
+        group = ScaleGroup(members)
+        for _, m in members:
+            m._float8_scale_group = group
 
 
 def check_float8_all_gather(model: nn.Module, world_size: int) -> None:

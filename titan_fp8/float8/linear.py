@@ -84,9 +84,19 @@ class _ScaledMM(torch.autograd.Function):
         x2 = x.reshape(-1, x.shape[-1])
         if not rowwise:
             x8 = _cast(x2, tensorwise_scale(x2, E4M3), E4M3, cfg, INPUT)
-            # float8 all-gather: FSDP2's post-all-gather already built the float8 weight
-            w8 = w if isinstance(w, Float8TrainingTensor) else cast_weight_tensorwise(w, cfg)
-            ctx.save_for_backward(x8, w8)
+            if isinstance(w, Float8TrainingTensor):
+                # float8 all-gather: FSDP2's post-all-gather built the float8 weight; saving it costs nothing
+                # (it IS the unsharded parameter, whose storage FSDP2 frees after forward and re-gathers)
+                w8 = w
+                ctx.save_for_backward(x8, w8)
+            else:
+                # bf16 all-gather: save the high-precision weight (the unsharded parameter: FSDP2 frees its
+                # storage after forward and re-gathers it for backward, so saving it is free) and its scale,
+                # not w8: a saved w8 would be a NEW 1-byte-per-parameter copy of every layer's full weight held
+                # from forward to backward (eager). Backward recasts with the saved scale (no 2nd amax).
+                w_scale = tensorwise_scale(w, E4M3)
+                w8 = _cast(w, w_scale, E4M3, cfg, WEIGHT)
+                ctx.save_for_backward(x8, w, w_scale)
         else:
             x8 = _cast(x2, axiswise_scale(x2, E4M3, -1), E4M3, cfg, INPUT, -1)
             w8 = _cast(w, axiswise_scale(w, E4M3, -1), E4M3, cfg, WEIGHT, -1)
@@ -100,7 +110,9 @@ class _ScaledMM(torch.autograd.Function):
         cfg = ctx.cfg
         g2 = g.reshape(-1, g.shape[-1])
         if not ctx.rowwise:
-            x8, w8 = ctx.saved_tensors
+            x8, w8, *w_scale = ctx.saved_tensors
+            if w_scale:
+                w8 = _cast(w8, w_scale[0], E4M3, cfg, WEIGHT)
             g8 = _cast(g2, tensorwise_scale(g2, E5M2), E5M2, cfg, GRAD)
             grad_x = torch.mm(g8, w8)
             grad_w = torch.mm(g8.t(), x8)
@@ -225,8 +237,8 @@ def _plain_weight_in_state_dict(module, state_dict, prefix, local_metadata):
     return state_dict
 
 
-def _drop_cast_cache(module, incompatible_keys):
-    module._float8_cast_cache = None  # the loaded weight needs a new precompute
+def _drop_scale_cache(module, incompatible_keys):
+    module._float8_scale_cache = None  # the loaded weight needs a new scale
 
 
 class Float8Linear(nn.Linear):
@@ -250,7 +262,7 @@ class Float8Linear(nn.Linear):
             new.weight = nn.Parameter(Float8TrainingWeight(mod.weight.data, config),
                                       requires_grad=mod.weight.requires_grad)
             new._register_state_dict_hook(_plain_weight_in_state_dict)
-            new.register_load_state_dict_post_hook(_drop_cast_cache)
+            new.register_load_state_dict_post_hook(_drop_scale_cache)
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
