@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import statistics
@@ -156,9 +157,13 @@ def worker(args):
         t_mode = time.time()
         torch._dynamo.reset()
         try:
+            # the previous mode's model sits in reference cycles (FSDP hooks, float8 scale groups): collect it
+            # so that this mode's peak is its own (without this, later modes inherited GiBs from earlier ones)
+            gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
+                rec["start_gib"] = round(torch.cuda.memory_allocated() / 2**30, 3)
             m, pre = build(mode)
             opt = torch.optim.AdamW(m.parameters(), lr=1e-5, fused=device.type == "cuda")
             x = make_batch(mode)

@@ -10,7 +10,9 @@ Kernels (one pass over the input each):
 
 How the numbers are made (same rule as the reference, done on integer bits so nothing depends on float
 division, log2 or the fp8 cast's rounding):
-  a = max over the block of (bits(x) & 0x7FFFFFFF)   # amax's bits; a >= 0x7F800000 <=> NaN/inf in block
+  a = bits(max over the block of |x|) & 0x7FFFFFFF   # a >= 0x7F800000 <=> NaN/inf in block
+      (the max is max.NaN.f32 with |.| operands, one FMNMX.NAN per element: NaN-propagating, no .ftz, so it
+      orders finite values exactly as the integer compare of their magnitude bits would)
   e = ceil(log2(fl(amax/448))) from a's exponent field p and mantissa m (amax = 1.m * 2^p):
       e = p - 8 if m <= 0.75 else p - 7            # 448 = 1.75 * 2^8; for normal s rounding can't cross 2^k
       except p = -119, m = 0.75 + 2^-23: fl(amax/448) is the subnormal 2^-127 rounded DOWN, e = -127
@@ -93,6 +95,27 @@ def _encode(y, nonfinite, HW_CAST: tl.constexpr):
 
 
 @triton.jit
+def _max_nan(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+# How _amax_bits takes the max. Compiled: a NaN-propagating float max (one FMNMX.NAN per element). Interpreted:
+# the integer max of the magnitude bits (same bits; tl.reduce with a custom combine runs ~10x slower in the
+# interpreter than tl.max). tests/cpu sets this to False on a few cases to run the float path there too.
+_AMAX_ON_INT_BITS = tl.constexpr(_INTERPRET)
+
+
+@triton.jit
+def _amax_bits(x, axis: tl.constexpr):
+    """Bits of max|x| along `axis` (sign cleared); >= 0x7F800000 iff the block holds NaN or inf. Compiled: one
+    FMNMX.NAN with |.| operands per element (max.NaN.f32: a NaN anywhere makes the max NaN; no .ftz, so
+    fp32 subnormals compare as themselves), the same order as the integer compare of the magnitude bits."""
+    if _AMAX_ON_INT_BITS:
+        return tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=axis)
+    return tl.reduce(tl.abs(x), axis, _max_nan).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+
+
+@triton.jit
 def _load_f32(ptr, offs, mask, IS_BF16: tl.constexpr):
     """Load x as fp32. IS_BF16 (interpreter only): bf16 arrives as its int16 bits and is widened by a shift,
     because the Triton interpreter's bf16 -> fp32 conversion gets bf16 subnormals wrong (triton 3.6:
@@ -117,7 +140,7 @@ def _rows_kernel(x_ptr, q_ptr, s_ptr, n_blocks, BLOCKS: tl.constexpr, HW_CAST: t
     inb = pid * BLOCKS + tl.arange(0, BLOCKS) < n_blocks
     offs = tl.arange(0, BLOCKS)[:, None] * 32 + tl.arange(0, 32)[None, :]
     x = _load_f32(x_ptr + base * 32, offs, inb[:, None], IS_BF16)
-    a = tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)
+    a = _amax_bits(x, 1)
     e = _exponent_from_amax_bits(a)
     code = _encode(x * _multiplier(a, e, HW_CAST)[:, None], (a >= 0x7F800000)[:, None], HW_CAST)
     tl.store(q_ptr + base * 32 + offs, code, mask=inb[:, None])
@@ -125,11 +148,26 @@ def _rows_kernel(x_ptr, q_ptr, s_ptr, n_blocks, BLOCKS: tl.constexpr, HW_CAST: t
 
 
 @triton.jit
+def _tile_ids(M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr, K_FAST: tl.constexpr):
+    """1-D grid -> (pid_m, pid_k). K_FAST: neighbouring programs walk along K, so the programs in flight read
+    whole row bands (long contiguous runs); else they walk down M (one BLOCK_K-wide strip of many rows)."""
+    pid = tl.program_id(0)
+    if K_FAST:
+        n_k = tl.cdiv(K, BLOCK_K)
+        pid_m = pid // n_k
+        pid_k = pid - pid_m * n_k
+    else:
+        n_m = tl.cdiv(M, BLOCK_M)
+        pid_k = pid // n_m
+        pid_m = pid - pid_k * n_m
+    return pid_m, pid_k
+
+
+@triton.jit
 def _cols_kernel(x_ptr, q_ptr, s_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
-                 HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+                 HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, K_FAST: tl.constexpr):
     # x, q: [R, C] contiguous; s: [R/32, C]; blocks of 32 along R.
-    pid_r = tl.program_id(0)
-    pid_c = tl.program_id(1)
+    pid_r, pid_c = _tile_ids(R, C, BLOCK_R, BLOCK_C, K_FAST)
     r = tl.arange(0, BLOCK_R)
     c = tl.arange(0, BLOCK_C)
     base = pid_r.to(tl.int64) * BLOCK_R * C + pid_c * BLOCK_C
@@ -137,7 +175,7 @@ def _cols_kernel(x_ptr, q_ptr, s_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.c
     offs = r[:, None] * C + c[None, :]
     x = _load_f32(x_ptr + base, offs, mask, IS_BF16)
     x3 = tl.reshape(x, [BLOCK_R // 32, 32, BLOCK_C])
-    a = tl.max(x3.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1)  # [BLOCK_R/32, BLOCK_C]
+    a = _amax_bits(x3, 1)  # [BLOCK_R/32, BLOCK_C]
     e = _exponent_from_amax_bits(a)
     code = _encode(x3 * _multiplier(a, e, HW_CAST)[:, None, :], (a >= 0x7F800000)[:, None, :], HW_CAST)
     tl.store(q_ptr + base + offs, tl.reshape(code, [BLOCK_R, BLOCK_C]), mask=mask)
@@ -149,11 +187,10 @@ def _cols_kernel(x_ptr, q_ptr, s_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.c
 
 @triton.jit
 def _rowcol_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, K, BLOCK_M: tl.constexpr, BLOCK_K: tl.constexpr,
-                   COL_T: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+                   COL_T: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, K_FAST: tl.constexpr):
     # x [M, K] contiguous. Row copy: qr [M, K], sr [M, K/32]. Column copy (blocks of 32 along M):
     # COL_T: qc [K, M], sc [K, M/32]; else qc [M, K], sc [M/32, K].
-    pid_m = tl.program_id(0)
-    pid_k = tl.program_id(1)
+    pid_m, pid_k = _tile_ids(M, K, BLOCK_M, BLOCK_K, K_FAST)
     m0 = pid_m.to(tl.int64) * BLOCK_M
     k0 = pid_k.to(tl.int64) * BLOCK_K
     r = tl.arange(0, BLOCK_M)
@@ -164,11 +201,10 @@ def _rowcol_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, K, BLOCK_M: tl.cons
     offs = r[:, None] * K + c[None, :]
     base = m0 * K + k0
     x = _load_f32(x_ptr + base, offs, mask, IS_BF16)
-    xa = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
     # row-wise (along K)
-    ar = tl.max(tl.reshape(xa, [BLOCK_M, BLOCK_K // 32, 32]), axis=2)
-    er = _exponent_from_amax_bits(ar)
     xr = tl.reshape(x, [BLOCK_M, BLOCK_K // 32, 32])
+    ar = _amax_bits(xr, 2)
+    er = _exponent_from_amax_bits(ar)
     cr = _encode(xr * _multiplier(ar, er, HW_CAST)[:, :, None], (ar >= 0x7F800000)[:, :, None], HW_CAST)
     tl.store(qr_ptr + base + offs, tl.reshape(cr, [BLOCK_M, BLOCK_K]), mask=mask)
     kb = tl.arange(0, BLOCK_K // 32)
@@ -176,18 +212,21 @@ def _rowcol_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, K, BLOCK_M: tl.cons
              _scale_byte(ar, er).to(tl.uint8),
              mask=rmask[:, None] & (pid_k * (BLOCK_K // 32) + kb < K // 32)[None, :])
     # column-wise (along M)
-    ac = tl.max(tl.reshape(xa, [BLOCK_M // 32, 32, BLOCK_K]), axis=1)
-    ec = _exponent_from_amax_bits(ac)
     xc = tl.reshape(x, [BLOCK_M // 32, 32, BLOCK_K])
+    ac = _amax_bits(xc, 1)
+    ec = _exponent_from_amax_bits(ac)
     cc = _encode(xc * _multiplier(ac, ec, HW_CAST)[:, None, :], (ac >= 0x7F800000)[:, None, :], HW_CAST)
     cc = tl.reshape(cc, [BLOCK_M, BLOCK_K])
     sc = _scale_byte(ac, ec).to(tl.uint8)
     mb = tl.arange(0, BLOCK_M // 32)
     scmask = (pid_m * (BLOCK_M // 32) + mb < M // 32)[:, None] & cmask[None, :]
     if COL_T:
-        tl.store(qc_ptr + k0 * M + m0 + c[None, :] * M + r[:, None], cc, mask=mask)
-        tl.store(sc_ptr + k0 * (M // 32) + pid_m * (BLOCK_M // 32) + c[None, :] * (M // 32) + mb[:, None], sc,
-                 mask=scmask)
+        # [K, M]: store the transposed byte tile (the compiler transposes it through shared memory, so each
+        # thread writes 16-byte runs along M)
+        tl.store(qc_ptr + k0 * M + m0 + c[:, None] * M + r[None, :], tl.trans(cc),
+                 mask=cmask[:, None] & rmask[None, :])
+        tl.store(sc_ptr + k0 * (M // 32) + pid_m * (BLOCK_M // 32) + c[:, None] * (M // 32) + mb[None, :],
+                 tl.trans(sc), mask=tl.trans(scmask))
     else:
         tl.store(qc_ptr + base + offs, cc, mask=mask)
         tl.store(sc_ptr + pid_m.to(tl.int64) * (BLOCK_M // 32) * K + k0 + mb[:, None] * K + c[None, :], sc,
@@ -196,11 +235,10 @@ def _rowcol_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, M, K, BLOCK_M: tl.cons
 
 @triton.jit
 def _tiles32_kernel(x_ptr, q_ptr, sk_ptr, sn_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+                    HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, K_FAST: tl.constexpr):
     # x, q: [B, N, K] contiguous; one scale per 32x32 tile; sk [B, N, K/32], sn [B, N/32, K].
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
-    b = tl.program_id(2).to(tl.int64)
+    pid_n, pid_k = _tile_ids(N, K, BLOCK_N, BLOCK_K, K_FAST)
+    b = tl.program_id(1).to(tl.int64)
     n0 = pid_n * BLOCK_N
     k0 = pid_k * BLOCK_K
     r = tl.arange(0, BLOCK_N)
@@ -212,7 +250,7 @@ def _tiles32_kernel(x_ptr, q_ptr, sk_ptr, sn_ptr, N, K, BLOCK_N: tl.constexpr, B
     offs = r[:, None] * K + c[None, :]
     x = _load_f32(x_ptr + base, offs, mask, IS_BF16)
     x4 = tl.reshape(x, [BLOCK_N // 32, 32, BLOCK_K // 32, 32])
-    a = tl.max(tl.max(x4.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=3), axis=1)  # [BN/32, BK/32]
+    a = _amax_bits(_amax_bits(x4, 3).to(tl.float32, bitcast=True), 1)  # [BN/32, BK/32]
     e = _exponent_from_amax_bits(a)
     code = _encode(x4 * _multiplier(a, e, HW_CAST)[:, None, :, None], (a >= 0x7F800000)[:, None, :, None],
                    HW_CAST)
@@ -232,23 +270,25 @@ def _tiles32_kernel(x_ptr, q_ptr, sk_ptr, sn_ptr, N, K, BLOCK_N: tl.constexpr, B
 
 # ----------------------------------------------------------------------------------------- configs
 # (meta-parameters, num_warps). The interpreter gets one fixed config (tuning it would only cost time);
-# CUDA autotunes over a few, keyed on the problem size. Candidates were chosen offline from the sm_90 PTX/SASS
-# (triton.compile for GPUTarget("cuda", 90) + ptxas -v): no register spills, fewest instructions per element.
-# The column-wise kernels want BLOCK_K = 128 * num_warps (each warp owns a 32-row strip: the 32-row reduction
-# stays inside a thread; 64-row tiles doubled the instruction count or spilled).
+# CUDA autotunes over a few, keyed on the problem size. Candidates: the best of a sweep on H200 at
+# M=131072, K=7168 bf16 (benchmarks/mxfp8_quant_sweep.py; results in benchmarks/results/
+# mxfp8_quant_sweep-*.json). What it showed: K_FAST (neighbouring programs walk along K, so the programs in
+# flight read whole row bands) beat walking down M by 10-20 points; 1-2 warps per 32-row strip beat 4-8
+# (more warps split the 32-row reductions across warps: shared memory and barriers); loading the next tile
+# before quantizing this one (a SPLIT loop) was slower; packing the [K, M] column bytes into 32-bit words
+# before the transpose was not picked by the autotuner (both tried on H200, 2026-11-22).
 _ROWS_CONFIGS = [(dict(BLOCKS=128), 4), (dict(BLOCKS=256), 4), (dict(BLOCKS=256), 8), (dict(BLOCKS=512), 8),
                  (dict(BLOCKS=1024), 8)]
-_COLS_CONFIGS = [(dict(BLOCK_R=32, BLOCK_C=128), 1), (dict(BLOCK_R=32, BLOCK_C=256), 2),
-                 (dict(BLOCK_R=32, BLOCK_C=512), 4), (dict(BLOCK_R=32, BLOCK_C=1024), 8),
-                 (dict(BLOCK_R=32, BLOCK_C=256), 4)]
-_ROWCOL_CONFIGS = [(dict(BLOCK_M=32, BLOCK_K=128), 1), (dict(BLOCK_M=32, BLOCK_K=256), 2),
-                   (dict(BLOCK_M=32, BLOCK_K=512), 4), (dict(BLOCK_M=32, BLOCK_K=128), 2),
-                   (dict(BLOCK_M=64, BLOCK_K=256), 4)]
-_TILES_CONFIGS = [(dict(BLOCK_N=32, BLOCK_K=256), 2), (dict(BLOCK_N=32, BLOCK_K=512), 4),
-                  (dict(BLOCK_N=64, BLOCK_K=256), 4), (dict(BLOCK_N=32, BLOCK_K=128), 2)]
-_INTERP = dict(rows=(dict(BLOCKS=16), 4), cols=(dict(BLOCK_R=32, BLOCK_C=64), 4),
-               rowcol=(dict(BLOCK_M=64, BLOCK_K=64), 4), rowcol_t=(dict(BLOCK_M=64, BLOCK_K=64), 4),
-               tiles=(dict(BLOCK_N=64, BLOCK_K=64), 4))
+_COLS_CONFIGS = [(dict(BLOCK_R=32, BLOCK_C=128, K_FAST=True), 1), (dict(BLOCK_R=32, BLOCK_C=256, K_FAST=True), 2),
+                 (dict(BLOCK_R=32, BLOCK_C=64, K_FAST=True), 1), (dict(BLOCK_R=32, BLOCK_C=512, K_FAST=True), 4)]
+_ROWCOL_CONFIGS = [(dict(BLOCK_M=32, BLOCK_K=128, K_FAST=True), 2), (dict(BLOCK_M=32, BLOCK_K=256, K_FAST=True), 2),
+                   (dict(BLOCK_M=32, BLOCK_K=128, K_FAST=True), 1), (dict(BLOCK_M=64, BLOCK_K=64, K_FAST=True), 1)]
+_TILES_CONFIGS = [(dict(BLOCK_N=32, BLOCK_K=512, K_FAST=True), 4), (dict(BLOCK_N=32, BLOCK_K=256, K_FAST=True), 2),
+                  (dict(BLOCK_N=64, BLOCK_K=256, K_FAST=True), 4), (dict(BLOCK_N=32, BLOCK_K=128, K_FAST=True), 1)]
+_INTERP = dict(rows=(dict(BLOCKS=16), 4), cols=(dict(BLOCK_R=32, BLOCK_C=64, K_FAST=True), 4),
+               rowcol=(dict(BLOCK_M=64, BLOCK_K=64, K_FAST=False), 4),
+               rowcol_t=(dict(BLOCK_M=32, BLOCK_K=64, K_FAST=True), 4),
+               tiles=(dict(BLOCK_N=64, BLOCK_K=64, K_FAST=False), 4))
 
 _TUNED = {}
 
@@ -313,7 +353,7 @@ def _cols(x2: torch.Tensor, hw_cast, config=None):
     s = torch.empty((R // BLOCK, C), dtype=torch.uint8, device=x2.device)
     if R and C:
         _launch("cols", _cols_kernel, _COLS_CONFIGS, ["R", "C"],
-                lambda m: (triton.cdiv(R, m["BLOCK_R"]), triton.cdiv(C, m["BLOCK_C"])),
+                lambda m: (triton.cdiv(R, m["BLOCK_R"]) * triton.cdiv(C, m["BLOCK_C"]),),
                 (x2, q, s, R, C), hw_cast, config)
     return q, s
 
@@ -364,7 +404,7 @@ def to_mxfp8_rowcol(x: torch.Tensor, col_transposed: bool = True, hw_cast=None, 
 def _launch_rowcol(x, qr, sr, qc, sc, M, K, meta_args, hw, config):
     name = "rowcol_t" if meta_args["COL_T"] else "rowcol"
     _launch(name, _rowcol_kernel, _ROWCOL_CONFIGS, ["M", "K"],
-            lambda m: (triton.cdiv(M, m["BLOCK_M"]), triton.cdiv(K, m["BLOCK_K"])),
+            lambda m: (triton.cdiv(M, m["BLOCK_M"]) * triton.cdiv(K, m["BLOCK_K"]),),
             (x, qr, sr, qc, sc, M, K), hw, config, **meta_args)
 
 
@@ -397,7 +437,7 @@ def to_mxfp8_tiles32_triton(w: torch.Tensor, hw_cast=None, config=None):
     sn = torch.empty((B, N // BLOCK, K), dtype=torch.uint8, device=dev)
     if B and N and K:
         _launch("tiles", _tiles32_kernel, _TILES_CONFIGS, ["N", "K"],
-                lambda m: (triton.cdiv(N, m["BLOCK_N"]), triton.cdiv(K, m["BLOCK_K"]), B),
+                lambda m: (triton.cdiv(N, m["BLOCK_N"]) * triton.cdiv(K, m["BLOCK_K"]), B),
                 (x, q, sk, sn, N, K), hw, config)
     return (q.view(w.shape).view(torch.float8_e4m3fn), sk.view(scale_shape(w.shape, w.ndim - 1)),
             sn.view(scale_shape(w.shape, w.ndim - 2)))

@@ -350,6 +350,33 @@ def test_tiles32_reference_oracle_and_triton(dtype):
             assert_bytes_equal(g, wt, f"{dtype} {name} tiles 2-D {what}")
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_triton_float_amax_path(dtype, monkeypatch):
+    """Compiled kernels take the block max with a NaN-propagating float max of |x|; the interpreter normally
+    takes the integer max of the magnitude bits (faster there). Run the float path here too, on the cases
+    where the two could differ (NaN/inf, subnormals, signed zeros), every kernel."""
+    import triton.language as tl
+
+    from kernels.mxfp8 import triton as tk
+    monkeypatch.setattr(tk, "_AMAX_ON_INT_BITS", tl.constexpr(False))
+    cases = make_cases(dtype)
+    for name in ("nonfinite", "subnormal", "zeros"):
+        x = cases[name]
+        for dim in (-1, 0):
+            want = ref.to_mxfp8_reference(x, dim)
+            got = tk.to_mxfp8_triton(x, dim)
+            assert_bytes_equal(got[0], want[0], f"float amax {dtype} {name} dim={dim} data")
+            assert_bytes_equal(got[1], want[1], f"float amax {dtype} {name} dim={dim} scale")
+        for col_t in (True, False):
+            for g, w, what in zip(tk.to_mxfp8_rowcol(x, col_t), ref.to_mxfp8_rowcol_reference(x, col_t),
+                                  ("data_row", "scale_row", "data_col", "scale_col")):
+                assert_bytes_equal(g, w, f"float amax {dtype} {name} rowcol col_t={col_t} {what}")
+        w = x[:64]
+        for g, wt, what in zip(tk.to_mxfp8_tiles32_triton(w), ref.to_mxfp8_tiles32_reference(w),
+                               ("data", "scale_k", "scale_n")):
+            assert_bytes_equal(g, wt, f"float amax {dtype} {name} tiles {what}")
+
+
 def test_triton_integer_rounding_on_all_fp32_midpoints():
     """The integer e4m3 rounding (the interpreter path) on every e4m3 midpoint, 1 fp32 ulp either side, and
     the grid points themselves, at scale e = 0 (amax 448 in each block)."""

@@ -92,7 +92,10 @@ def test_wgrad_gpu(block, tile):
     out = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, block=block, a_tile=tile)
     ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
     assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.equal(out[6], torch.zeros_like(out[6]))
-    assert rel(out, ref) < 1e-5
+    # fp32 output over ~12k tokens: Hopper's fp8 wgmma accumulates each K=32 (or 4 x 32) chunk with fewer
+    # mantissa bits than fp32 before the promotion, so the error is ~1e-4, not fp32's ~1e-6 (measured on H200,
+    # 2026-11-22: 4.5e-5 with block 32, 1.2e-4 with block 128). The issue's bar is 3e-3 with bf16 output.
+    assert rel(out, ref) < 5e-4
 
 
 @pytest.mark.parametrize("rb,cb,ct", [(128, 128, 128), (32, 32, 1), (128, 128, 1)])
@@ -148,8 +151,10 @@ def test_autograd_op_gpu_matches_emulated_twin(granularity):
     go = torch.randn(T, N, device="cuda", dtype=torch.bfloat16)
     res = {}
     for dev in ("cuda", "cpu"):
-        xr = x.to(dev).requires_grad_()
-        wr = w.to(dev).requires_grad_()
+        # fresh leaves per device: x.to("cuda") would return x itself, and x.to("cpu") of a tensor that then
+        # requires grad is a non-leaf whose .grad stays None
+        xr = x.detach().to(dev).clone().requires_grad_()
+        wr = w.detach().to(dev).clone().requires_grad_()
         out = mxfp8_grouped_mm(xr, wr, offs.to(dev), granularity=granularity)
         out.backward(go.to(dev))
         res[dev] = [t.detach().cpu() for t in (out, xr.grad, wr.grad)]
