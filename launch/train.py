@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.barrier()
     except NonFiniteStepError as e:
         code = _fail(str(e), 3)
-    except (DataError, CheckpointError) as e:
+    except (ConfigError, DataError, CheckpointError) as e:  # found once the model exists (float8 checks)
         code = _fail(str(e), 2)
     finally:
         dist.destroy_process_group()

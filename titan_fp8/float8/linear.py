@@ -138,25 +138,77 @@ def _check_rows(M: int, multiple: int, recipe: str):
                          f"a multiple of {multiple} (the weight-gradient GEMM scales blocks along tokens)")
 
 
+def _scale_outer_major(s: torch.Tensor) -> torch.Tensor:
+    """1x128 scale [rows, K/128] -> the same values with strides (1, rows): cuBLAS reads VEC128 scales
+    outer-dim-major (each K-block's column of per-row scales contiguous)."""
+    return s.t().contiguous().t()
+
+
+def _tile_scale_k_major_padded(s: torch.Tensor) -> torch.Tensor:
+    """128x128 scale [N/128, K/128] -> [L4, N/128] with strides (1, L4), L4 = K/128 rounded up to a multiple of
+    4: cuBLAS reads BLK128x128 scales K-block-major with a 16-byte aligned column stride (torch checks exactly
+    this shape and stride). The pad slots are K-blocks past the data, which no product uses; they hold 1.0
+    (as torchao pads) so that even a read of them stays finite."""
+    n_blocks, k_blocks = s.shape
+    padded = s.new_ones(n_blocks, -(-k_blocks // 4) * 4)
+    padded[:, :k_blocks] = s
+    return padded.t()
+
+
+def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool):
+    """Positional arguments of F.scaled_mm(mat_a, mat_b, scale_a, recipe_a, scale_b, recipe_b) computing
+    a @ b.T on cuBLAS, for a [M, K] 1x128-scaled along K and b [N, K] (128x128 tiles if b_is_tile, else 1x128
+    along K); a_s, b_s are our scales (data = x * scale), cuBLAS multiplies by 1/scale.
+    Layouts torch (2.11 .. 2.13, aten ScaledBlas.cpp) requires of mat_a [M, K] row-major, mat_b [K, N]
+    column-major:
+      scale_a                [M, K/128]                strides (1, M)
+      scale_b, 1x128         [N, K/128]                strides (1, N)   (the weight-gradient GEMM)
+      scale_b, 128x128       [round_up(K/128, 4), N/128] strides (1, round_up(K/128, 4))
+    tests/cpu/test_float8_blockwise_layout.py checks these against torch 2.11's checks and this torch's meta
+    kernel at the model's shapes."""
+    from torch.nn.functional import ScalingType
+    mat_a = a_q.contiguous()
+    mat_b = b_q.contiguous().t()
+    scale_a = _scale_outer_major(a_s.reciprocal())
+    if b_is_tile:
+        scale_b, recipe_b = _tile_scale_k_major_padded(b_s.reciprocal()), ScalingType.BlockWise128x128
+    else:
+        scale_b, recipe_b = _scale_outer_major(b_s.reciprocal()), ScalingType.BlockWise1x128
+    return mat_a, mat_b, scale_a, ScalingType.BlockWise1x128, scale_b, recipe_b
+
+
+def _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile: bool) -> torch.Tensor:
+    # cuBLAS blockwise writes bf16; fp32 parameters get their gradient converted afterwards
+    return F.scaled_mm(*blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile), output_dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("titan_fp8::blockwise_scaled_mm", mutates_args=())
+def blockwise_scaled_mm(a_q: torch.Tensor, a_s: torch.Tensor, b_q: torch.Tensor, b_s: torch.Tensor,
+                        b_is_tile: bool) -> torch.Tensor:
+    """bf16 a @ b.T on cuBLAS from our quantized operands (layouts: blockwise_scaled_mm_args). An opaque op
+    so torch.compile cannot re-stride the padded / outer-major scale tensors that torch checks exactly."""
+    return _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile)
+
+
+@blockwise_scaled_mm.register_fake
+def _(a_q, a_s, b_q, b_s, b_is_tile):
+    return a_q.new_empty(a_q.shape[0], b_q.shape[0], dtype=torch.bfloat16)
+
+
+def _blockwise_uses_scaled_mm(t: torch.Tensor, emulate: bool) -> bool:
+    """Where the blockwise GEMMs run on cuBLAS (F.scaled_mm) rather than dequantized in fp32. One function so
+    tests/cpu/test_float8_blockwise_layout.py can force the cuBLAS path on CPU and check its arguments."""
+    return not emulate and t.is_cuda
+
+
 def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtype):
     """a [M, K] 1x128-scaled along K; b [N, K] (128x128 tiles if b_is_tile, else 1x128 along K).
     Returns a @ b.T."""
-    if emulate or not a_q.is_cuda:
+    if not _blockwise_uses_scaled_mm(a_q, emulate):
         a = dequantize_1x128(a_q, a_s)
         b = dequantize_128x128(b_q, b_s) if b_is_tile else dequantize_1x128(b_q, b_s)
         return (a @ b.t()).to(out_dtype)
-    from torch.nn.functional import ScalingType
-    # cuBLAS multiplies by its scales: pass 1/scale. Layouts as anchors/blockwise_probe.py measured on
-    # torch 2.11: scale_a [M, K/128] column-major; scale_b for b.t() [K, N]: 128x128 -> [K/128, N/128] with
-    # strides (1, K/128); 1x128 -> [K/128, N] by the same rule (inductor's scaled_mm lowering reads 1x128 on
-    # b as [ceil(K/128), N]): the transpose of b's row-major scale.
-    a_q, b_q = a_q.contiguous(), b_q.contiguous()
-    sa = a_s.reciprocal().t().contiguous().t()
-    sb = b_s.reciprocal().contiguous().t()
-    recipe_b = ScalingType.BlockWise128x128 if b_is_tile else ScalingType.BlockWise1x128
-    # cuBLAS blockwise writes bf16; fp32 parameters get their gradient converted afterwards
-    out = F.scaled_mm(a_q, b_q.t(), sa, ScalingType.BlockWise1x128, sb, recipe_b, output_dtype=torch.bfloat16)
-    return out.to(out_dtype)
+    return blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile).to(out_dtype)
 
 
 class _BlockwiseMM(torch.autograd.Function):

@@ -21,6 +21,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from titan_fp8.config import JobConfig, describe
+from titan_fp8.config import ConfigError
 from titan_fp8.parallel import build_mesh, parallelize
 from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, latest_step
 from titan_fp8.train.data import build_loader
@@ -82,10 +83,17 @@ def build_model(cfg: JobConfig, device: torch.device, log):
         "flops_per_token": model.flops_per_token(cfg.training.seq_len),
     }
     if cfg.float8.enable:
-        from titan_fp8.float8 import Float8Config, convert_to_float8_training
+        from titan_fp8.float8 import Float8Config, check_float8_all_gather, convert_to_float8_training
 
         f8 = {f.name: getattr(cfg.float8, f.name) for f in dataclasses.fields(cfg.float8) if f.name != "enable"}
         convert_to_float8_training(model, Float8Config(**f8))
+        if f8["enable_fsdp_float8_all_gather"]:
+            # a flag that cannot be honoured is a start-up error, not a failure inside the first all-gather
+            shard = cfg.parallelism.data_parallel_shard_degree
+            try:
+                check_float8_all_gather(model, cfg.world_size if shard == -1 else shard)
+            except ValueError as e:
+                raise ConfigError(f"{cfg.source}: [float8] {e}") from None
         log(f"float8: converted with {f8}")
     return model, info
 
