@@ -50,9 +50,10 @@ def worker(args):
     import torch
     import torch.distributed as dist
     import torch.nn as nn
-    import torch.nn.functional as F
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    from titan_fp8.models.probe_block import ProbeBlock
 
     smoke = args.smoke
     backend = "gloo" if smoke else "nccl"
@@ -70,21 +71,8 @@ def worker(args):
     pdt = torch.float32 if smoke else torch.bfloat16
     mp = MixedPrecisionPolicy(param_dtype=pdt, reduce_dtype=torch.float32)
 
-    class Block(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.wq = nn.Linear(D, D, bias=False)
-            self.wo = nn.Linear(D, D, bias=False)
-            self.w1 = nn.Linear(D, HID, bias=False)
-            self.w3 = nn.Linear(D, HID, bias=False)
-            self.w2 = nn.Linear(HID, D, bias=False)
-            self.n1 = nn.RMSNorm(D)
-            self.n2 = nn.RMSNorm(D)
-
-        def forward(self, x):
-            x = x + self.wo(F.silu(self.wq(self.n1(x))))
-            h = self.n2(x)
-            return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+    def Block():
+        return ProbeBlock(D, HID)
 
     def convert(m, mode):
         ag, pre = "_ag" in mode, mode.endswith("_pre")

@@ -14,30 +14,17 @@ import sys
 import pytest
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from titan_fp8.float8 import Float8Config, Float8Linear, convert_to_float8_training
 from titan_fp8.float8 import precompute_float8_dynamic_scale_for_fsdp
+from titan_fp8.models.probe_block import ProbeBlock
 
 D, H, M = 256, 896, 512  # H = 3.5 D as Llama-3-8B
 
 
-class Block(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.wq = nn.Linear(D, D, bias=False)
-        self.wo = nn.Linear(D, D, bias=False)
-        self.w1 = nn.Linear(D, H, bias=False)
-        self.w3 = nn.Linear(D, H, bias=False)
-        self.w2 = nn.Linear(H, D, bias=False)
-        self.n1 = nn.RMSNorm(D)
-        self.n2 = nn.RMSNorm(D)
-
-    def forward(self, x):
-        x = x + self.wo(F.silu(self.wq(self.n1(x))))
-        h = self.n2(x)
-        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+def Block():
+    return ProbeBlock(D, H)
 
 
 def _storage(t):
