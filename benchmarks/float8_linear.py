@@ -44,26 +44,51 @@ OURS = ["tensorwise", "rowwise", "blockwise", "mxfp8"]
 TORCHAO = ["tensorwise", "rowwise"]
 
 
-def time_fn(fn, device, warmup, iters):
+def time_fn(fn, device, warmup, iters, reps=5):
+    """Median ms per step. CUDA: `iters` steps back to back between two events (the CPU runs ahead, as in
+    training), repeated `reps` times. CPU smoke: wall clock per step."""
     for _ in range(warmup):
         fn()
     if device.type == "cuda":
         torch.cuda.synchronize()
-        times = []
-        for _ in range(iters):
+        per_step = []
+        for _ in range(reps):
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             s.record()
-            fn()
+            for _ in range(iters):
+                fn()
             e.record()
-            torch.cuda.synchronize()
-            times.append(s.elapsed_time(e))
-        return statistics.median(times)
+            e.synchronize()
+            per_step.append(s.elapsed_time(e) / iters)
+        return statistics.median(per_step)
     times = []
     for _ in range(iters):
         t0 = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t0) * 1e3)
     return statistics.median(times)
+
+
+def gpu_kernel_time(fn, steps=5, top=12):
+    """(GPU ms per step summed over every kernel / memcpy / memset, [(kernel, calls/step, us/step)] of the
+    costliest): the step's device time with the CPU's launch gaps taken out (what torchao's roofline also
+    compares). Read with the torch profiler over `steps` steps."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    by_name = {}
+    for ev in prof.events():
+        if ev.device_type == DeviceType.CUDA:
+            n, us = by_name.get(ev.name, (0, 0.0))
+            by_name[ev.name] = (n + 1, us + ev.time_range.elapsed_us())
+    total_ms = sum(us for _, us in by_name.values()) / steps / 1e3
+    kernels = sorted(((k[:90], n / steps, round(us / steps, 1)) for k, (n, us) in by_name.items()),
+                     key=lambda r: -r[2])
+    return total_ms, kernels[:top]
 
 
 def make_variant(kind, recipe, K, N, device, dtype, emulate):
@@ -96,7 +121,9 @@ def bench_one(lin, M, K, device, dtype, compile_mode, warmup, iters):
         for p in lin.parameters():
             p.grad = None
 
-    return time_fn(step, device, warmup, iters), model
+    ms = time_fn(step, device, warmup, iters)
+    gpu = gpu_kernel_time(step) if device.type == "cuda" else (None, [])
+    return ms, gpu
 
 
 def main():
@@ -144,35 +171,43 @@ def main():
         variants = [("bf16", None)] + [("ours", r) for r in recipes]
         if versions["torchao"]:
             variants += [("torchao", r) for r in TORCHAO]
-        base = None
+        base = base_gpu = None
         for kind, recipe in variants:
             name = kind if recipe is None else f"{kind}_{recipe}"
             row = dict(shape=label, M=M, K=K, N=N, variant=name)
             try:
                 torch.manual_seed(0)
                 lin = make_variant(kind, recipe, K, N, device, dtype, emulate)
-                ms, _ = bench_one(lin, M, K, device, dtype, compile_mode, warmup, iters)
+                ms, (gpu_ms, kernels) = bench_one(lin, M, K, device, dtype, compile_mode, warmup, iters)
                 row["ms"] = round(ms, 4)
                 row["tflops"] = round(6 * M * K * N / ms / 1e9, 1)
                 if kind == "bf16":
-                    base = ms
+                    base, base_gpu = ms, gpu_ms
                 row["speedup"] = round(base / ms, 3) if base else None
+                if gpu_ms:
+                    row["gpu_ms"] = round(gpu_ms, 4)
+                    row["speedup_gpu"] = round(base_gpu / gpu_ms, 3) if base_gpu else None
+                    row["kernels"] = kernels
             except Exception as e:
                 row["error"] = repr(e)[:300]
             rows.append(row)
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "kernels"}), flush=True)
             if device.type == "cuda":
                 torch.cuda.empty_cache()
             torch._dynamo.reset()
 
-    # short table
+    # short table: speedup vs bf16 from back-to-back wall time / from summed GPU kernel time
+    print("\ncells: fwd+bwd speedup vs bf16, wall (steps back to back) / GPU kernel time (profiler)")
     print(f"\n{'shape':38s} " + " ".join(f"{v:>18s}" for v in dict.fromkeys(r['variant'] for r in rows)))
     for label, *_ in shapes:
         cells = {r["variant"]: r for r in rows if r["shape"] == label}
         line = []
         for v in dict.fromkeys(r['variant'] for r in rows):
             r = cells.get(v)
-            line.append(f"{'ERR' if r is None or 'error' in r else str(r['speedup']) + 'x':>18s}")
+            if r is None or "error" in r:
+                line.append(f"{'ERR':>18s}")
+            else:  # "wall x / GPU-kernel-time x"
+                line.append(f"{r['speedup']:.3f}/{r.get('speedup_gpu') or 0:.3f}x".rjust(18))
         print(f"{label:38s} " + " ".join(line))
     if torchao_note:
         print(torchao_note)
@@ -191,7 +226,7 @@ def main():
     if args.update_roofline and not smoke:
         from titan_fp8.float8.roofline import TABLE
         table = json.load(open(TABLE))
-        measured = [dict(recipe=r["variant"][5:], M=r["M"], K=r["K"], N=r["N"], speedup=r["speedup"])
+        measured = [dict(recipe=r["variant"][5:], M=r["M"], K=r["K"], N=r["N"], speedup=r.get("speedup_gpu") or r["speedup"])
                     for r in rows if r["variant"].startswith("ours_") and r.get("speedup")]
         keep = [m for m in table.get("measured", [])
                 if (m["recipe"], m["K"], m["N"]) not in {(x["recipe"], x["K"], x["N"]) for x in measured}]

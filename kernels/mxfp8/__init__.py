@@ -87,8 +87,9 @@ def _(x, col_transposed):
     dr = torch.empty((M, K), dtype=f8, device=x.device)
     sr = torch.empty((M, K // BLOCK), dtype=u8, device=x.device)
     if col_transposed:
-        return dr, sr, torch.empty((K, M), dtype=f8, device=x.device), torch.empty((K, M // BLOCK), dtype=u8,
-                                                                                    device=x.device)
+        # scale_col: [K, M/32] viewing a row-major [M/32, K] buffer (see kernels.mxfp8.triton.to_mxfp8_rowcol)
+        return dr, sr, torch.empty((K, M), dtype=f8, device=x.device), torch.empty_strided(
+            (K, M // BLOCK), (1, K), dtype=u8, device=x.device)
     return dr, sr, torch.empty((M, K), dtype=f8, device=x.device), torch.empty((M // BLOCK, K), dtype=u8,
                                                                                 device=x.device)
 

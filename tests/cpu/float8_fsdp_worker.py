@@ -2,6 +2,7 @@
 what the tests assert on (losses, collective counts and bytes, gathered weights) per rank."""
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import sys
@@ -89,7 +90,9 @@ def build(config, fsdp: bool, param_dtype=None, force_tiny=True):
     if config is not None and force_tiny:
         # [64 -> 1]: forced, to get an empty shard; made before convert_to_float8_training, which puts it in the
         # model's ScaleGroup (one all-reduce for all weights' scales)
-        m.tiny = Float8Linear.from_linear(m.tiny, config)
+        # model's ScaleGroup (one all-reduce for all weights' scales). Its GEMMs are emulated even on a GPU:
+        # _scaled_mm needs every dim divisible by 16, and only the all-gather / amax path is under test here.
+        m.tiny = Float8Linear.from_linear(m.tiny, dataclasses.replace(config, emulate=True))
     if config is not None:
         convert_to_float8_training(m, config)
     if fsdp:

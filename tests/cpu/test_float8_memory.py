@@ -70,6 +70,72 @@ def test_saved_for_backward_bytes_ours_le_torchao_and_bf16():
     assert bf16 - ours >= 2 * M * D, (ours, bf16)
 
 
+def compiled_saved(mode: str, inductor: bool = False):
+    """(bytes, saved float8 tensor shapes) that torch.compile's partitioner keeps for backward of one block,
+    parameters excluded. Graphs as on the GPU (hardware _scaled_mm path, which CPU torch runs too); no
+    inductor, so only the partitioner's choices count. "ours_ag": every weight arrives as the float8 tensor
+    FSDP2's float8 all-gather hands the linear (a parameter of the module, as FSDP2 registers it)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from titan_fp8.float8.linear import _ScaledMM, cast_weight_tensorwise, linear_mm_config
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = Block().to(torch.bfloat16)
+    if mode == "torchao":
+        pytest.importorskip("torchao")
+        from torchao.float8 import Float8LinearConfig
+        from torchao.float8 import convert_to_float8_training as ao_convert
+        ao_convert(m, config=Float8LinearConfig(emulate=False))
+    else:
+        convert_to_float8_training(m, Float8Config(emulate=True, filter_fqns=["none"]))
+        cfg = linear_mm_config(False)
+        for mod in m.modules():
+            if isinstance(mod, Float8Linear):
+                if mode == "ours_ag":
+                    mod.weight = nn.Parameter(cast_weight_tensorwise(mod.weight.detach(), cfg))
+                mod.forward = lambda x, mod=mod: _ScaledMM.apply(x, mod.weight, False, cfg)
+    params = {_storage(p).data_ptr() for p in m.parameters()}
+    seen, f8_shapes = {}, []
+
+    def pack(t):
+        st = _storage(t)
+        if st.data_ptr() not in params and st.data_ptr() not in seen:
+            seen[st.data_ptr()] = st.nbytes()
+            if getattr(t, "_data", t).dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+                f8_shapes.append(tuple(t.shape))
+        return t
+
+    nop = lambda gm, example_inputs: gm  # noqa: E731
+    f = torch.compile(m) if inductor else torch.compile(
+        m, backend=aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=min_cut_rematerialization_partition))
+    x = torch.randn(M, D, dtype=torch.bfloat16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = f(x)
+    out.float().sum().backward()
+    assert all(p.grad is not None for p in m.parameters())
+    return sum(seen.values()), f8_shapes
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_compiled_saved_for_backward_ours_le_torchao():
+    """Under torch.compile the partitioner, not our autograd function, picks what is saved. It never recomputes
+    a cast that shrinks its fp32 input 4x, so a forward float8 copy of x handed to backward was kept beside the
+    bf16 x (+1 byte per input element), and it hoisted the float8 all-gathered weight's transposed copy into
+    forward (+1 byte per parameter). Neither may come back: ours saves no more than torchao, and no float8
+    tensor at all."""
+    ao, _ = compiled_saved("torchao")
+    for mode in ("ours", "ours_ag"):
+        ours, f8 = compiled_saved(mode)
+        # beyond torchao at most a few 4-byte scale scalars per linear (ours keeps fp32 scales, it a bf16 amax)
+        assert ours <= ao + 16 * 5, (mode, ours, ao)
+        assert f8 == [], (mode, f8)
+    # and inductor lowers the backward-only weight transpose (a dtype view of a buffer whose layout inductor had
+    # left open once failed to lower on the GPU)
+    ours, f8 = compiled_saved("ours_ag", inductor=True)
+    assert ours <= ao + 16 * 5 and f8 == [], (ours, ao, f8)
+
+
 def _ag_model():
     torch.manual_seed(0)
     m = nn.Sequential(Block(), Block())

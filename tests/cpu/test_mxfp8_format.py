@@ -303,6 +303,36 @@ def test_triton_rowcol_matches_reference(dtype):
     assert_bytes_equal(sc.t(), s0, "col_t scale vs dim 0")
 
 
+# Row+col kernel options the sweep tries (benchmarks/mxfp8_quant_sweep.py), each of which the autotuner may
+# come to pick: tiles taller than the input (partial row tiles), the transposed-input column path, TMA
+# descriptor stores (clipped tails), grouped tile order with a partial last group, streaming stores and
+# evict-first loads. Each changes code paths, none may change a byte.
+_ROWCOL_OPTION_CONFIGS = [
+    (dict(BLOCK_M=128, BLOCK_K=32, K_FAST=True), 2),
+    (dict(BLOCK_M=64, BLOCK_K=64, K_FAST=True, TRANS_X=True, STREAM=True, EVICT_FIRST=True), 2),
+    (dict(BLOCK_M=64, BLOCK_K=32, K_FAST=True, TRANS_X=True, TMA=True, GROUP_M=2), 2),
+    (dict(BLOCK_M=32, BLOCK_K=64, K_FAST=True, TMA=True), 1),
+    (dict(BLOCK_M=64, BLOCK_K=64, K_FAST=False, GROUP_M=3), 2),
+]
+
+
+@pytest.mark.parametrize("cfg", _ROWCOL_OPTION_CONFIGS, ids=lambda c: "-".join(f"{k}{v}" for k, v in c[0].items()))
+def test_triton_rowcol_options_match_reference(cfg):
+    from kernels.mxfp8 import triton as tk
+    gen = torch.Generator().manual_seed(11)
+    x = (torch.randn(32 * 5, 32 * 3, generator=gen)
+         * 2.0 ** torch.randint(-40, 40, (32 * 5, 1), generator=gen)).to(torch.bfloat16)
+    x[5, 17] = float("nan")
+    x[100, 40] = float("-inf")
+    x[64:96, :32] = 1e-39  # bf16 subnormals
+    x[128:160, 64:] = 0
+    for col_t in (True, False):
+        want = ref.to_mxfp8_rowcol_reference(x, col_t)
+        got = tk.to_mxfp8_rowcol(x, col_t, config=cfg)
+        for g, w, what in zip(got, want, ("data_row", "scale_row", "data_col", "scale_col")):
+            assert_bytes_equal(g, w, f"rowcol {cfg} col_t={col_t} {what}")
+
+
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32))
 def test_triton_expert_weights_and_nd(dtype):
     from kernels.mxfp8 import triton as tk

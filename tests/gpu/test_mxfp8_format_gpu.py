@@ -105,7 +105,8 @@ def test_every_config_on_uneven_shapes(hw_cast):
         want = _cpu_ref(x, 0)
         assert_bytes_equal(got[0], want[0], f"cols {cfg}")
         assert_bytes_equal(got[1], want[1], f"cols {cfg} scale")
-    for cfg in tk._ROWCOL_CONFIGS:
+    # the tuned list and every kernel option the sweep tries (TMA stores, transposed input, grouped order, ...)
+    for cfg in tk._ROWCOL_CONFIGS + cpu._ROWCOL_OPTION_CONFIGS:
         for col_t in (True, False):
             got = tk.to_mxfp8_rowcol(xg, col_t, hw_cast=hw_cast, config=cfg)
             want = ref.to_mxfp8_rowcol_reference(x, col_t)
@@ -167,6 +168,13 @@ def test_large_shapes_default_path(dtype):
     assert_bytes_equal(sr, wr[1], "large rowcol scale_row")
     assert_bytes_equal(dc.t(), wc[0], "large rowcol data_col")
     assert_bytes_equal(sc.t(), wc[1], "large rowcol scale_col")
+    # the Triton kernel explicitly; later calls skip the autotuner (the launcher's cached config, plain JIT launch): same bytes
+    for _ in range(2):
+        got = mx.to_mxfp8_rowcol(x, backend="triton")
+        for g, w, what in zip(got, (wr[0], wr[1], wc[0].t(), wc[1].t()), ("data_row", "scale_row", "data_col",
+                                                                         "scale_col")):
+            assert_bytes_equal(g, w, f"large rowcol triton {what}")
+    assert any(k[0] == "rowcol_t" for k in tk._BEST), "the host fast path did not record the tuned config"
     d, s = mx.to_mxfp8(x)
     assert_bytes_equal(d, wr[0], "large rows data")
     assert_bytes_equal(s, wr[1], "large rows scale")

@@ -75,6 +75,26 @@ def cast_weight_tensorwise(w: torch.Tensor, cfg: LinearMMConfig) -> Float8Traini
     return _cast(w, tensorwise_scale(w, E4M3), E4M3, cfg, WEIGHT)
 
 
+def _weight_for_grad_input(w8: Float8TrainingTensor, g: torch.Tensor) -> Float8TrainingTensor:
+    """The float8 weight gathered by FSDP2 as the column-major second operand of grad_input = g @ w (float8
+    GEMMs on Hopper take only K-major operands, so this is a transposed copy of the weight).
+
+    The copy must happen in backward. The gathered weight is a graph input, and torch.compile's partitioner
+    otherwise moves its transposed copy into forward and keeps it alive until backward: 1 byte per parameter
+    of every layer held across the step (tests/cpu/test_float8_memory.py counts it). Adding an integer zero
+    computed from g ties the copy to backward; it stays ONE fused transposing kernel in inductor (an opaque
+    custom op here ran as a slow eager byte transpose: 11 ms/step on 8 Llama-3-8B blocks, H200)."""
+    # a uint8 0 computed from g (NaN != NaN is the only way to 1, and & 0 clears it; no dtype view of g, whose
+    # layout inductor may leave open)
+    g00 = g[:1, :1]
+    zero = (g00 != g00).to(torch.uint8) & 0
+    w_u8 = w8._data.view(torch.uint8)
+    # [K, N] with N contiguous: the transposed copy, written by the add itself (one pass, eager or compiled)
+    wt = torch.add(w_u8.t(), zero, out=w_u8.new_empty(w_u8.shape[1], w_u8.shape[0]))
+    return Float8TrainingTensor(wt.view(w8._data.dtype).t(), w8._scale, w8._orig_dtype, w8._linear_mm_config,
+                                w8._gemm_input_role)
+
+
 class _ScaledMM(torch.autograd.Function):
     """Tensorwise and rowwise: operands are torchao Float8TrainingTensors; torch.mm dispatches to
     torch._scaled_mm (or the fp32 emulation)."""
@@ -83,12 +103,21 @@ class _ScaledMM(torch.autograd.Function):
     def forward(ctx, x, w, rowwise: bool, cfg: LinearMMConfig):
         x2 = x.reshape(-1, x.shape[-1])
         if not rowwise:
-            x8 = _cast(x2, tensorwise_scale(x2, E4M3), E4M3, cfg, INPUT)
+            x_scale = tensorwise_scale(x2, E4M3)
+            x8 = _cast(x2, x_scale, E4M3, cfg, INPUT)
+            # What backward gets of x: eager, the float8 copy (1 byte per element, where x itself would be 2).
+            # Compiled, x and its scale: the partitioner then recasts x in backward (fused into the transposing
+            # cast wgrad needs anyway) and keeps x only where a neighbour saves it already. Handing it x8 makes
+            # it keep x8 as well (it never recomputes a cast that shrinks its fp32 input 4x): +1 byte per
+            # element of every linear input, the ~0.5 GiB that float8 all-gather cost over torchao on 8
+            # Llama-3-8B blocks.
+            x_saved = (x2, x_scale) if torch.compiler.is_compiling() else (x8,)
+            ctx.n_x = len(x_saved)
             if isinstance(w, Float8TrainingTensor):
                 # float8 all-gather: FSDP2's post-all-gather built the float8 weight; saving it costs nothing
                 # (it IS the unsharded parameter, whose storage FSDP2 frees after forward and re-gathers)
                 w8 = w
-                ctx.save_for_backward(x8, w8)
+                ctx.save_for_backward(*x_saved, w8)
             else:
                 # bf16 all-gather: save the high-precision weight (the unsharded parameter: FSDP2 frees its
                 # storage after forward and re-gathers it for backward, so saving it is free) and its scale,
@@ -96,7 +125,7 @@ class _ScaledMM(torch.autograd.Function):
                 # from forward to backward (eager). Backward recasts with the saved scale (no 2nd amax).
                 w_scale = tensorwise_scale(w, E4M3)
                 w8 = _cast(w, w_scale, E4M3, cfg, WEIGHT)
-                ctx.save_for_backward(x8, w, w_scale)
+                ctx.save_for_backward(*x_saved, w, w_scale)
         else:
             x8 = _cast(x2, axiswise_scale(x2, E4M3, -1), E4M3, cfg, INPUT, -1)
             w8 = _cast(w, axiswise_scale(w, E4M3, -1), E4M3, cfg, WEIGHT, -1)
@@ -110,10 +139,21 @@ class _ScaledMM(torch.autograd.Function):
         cfg = ctx.cfg
         g2 = g.reshape(-1, g.shape[-1])
         if not ctx.rowwise:
-            x8, w8, *w_scale = ctx.saved_tensors
+            saved = ctx.saved_tensors
+            x_saved, (w8, *w_scale) = saved[:ctx.n_x], saved[ctx.n_x:]
+            if ctx.n_x == 1:
+                x8 = x_saved[0]
+            else:
+                # recast x already transposed (the column-major operand wgrad's _scaled_mm wants). Being a
+                # different graph node from forward's cast, it is not merged with it, so the partitioner
+                # does not keep forward's x8 alive for it. Same scale, same elementwise cast: same bits.
+                x_hp, x_scale = x_saved
+                x8 = _cast(x_hp.t().contiguous(), x_scale, E4M3, cfg, INPUT).t()
             if w_scale:
                 w8 = _cast(w8, w_scale[0], E4M3, cfg, WEIGHT)
             g8 = _cast(g2, tensorwise_scale(g2, E5M2), E5M2, cfg, GRAD)
+            if not w_scale:  # float8 all-gather: transpose the gathered weight here, not in forward
+                w8 = _weight_for_grad_input(w8, g2)
             grad_x = torch.mm(g8, w8)
             grad_w = torch.mm(g8.t(), x8)
         else:
