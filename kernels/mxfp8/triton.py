@@ -228,10 +228,9 @@ def _cols_kernel(x_ptr, q_ptr, s_ptr, R, C, BLOCK_R: tl.constexpr, BLOCK_C: tl.c
 def _rowcol_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, qr_desc, qc_desc, M, K, BLOCK_M: tl.constexpr,
                    BLOCK_K: tl.constexpr, COL_T: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr,
                    K_FAST: tl.constexpr, GROUP_M: tl.constexpr = 0, TRANS_X: tl.constexpr = False,
-                   TMA: tl.constexpr = False, STREAM: tl.constexpr = False, EVICT_FIRST: tl.constexpr = False,
-                   SC_MK: tl.constexpr = False):
+                   TMA: tl.constexpr = False, STREAM: tl.constexpr = False, EVICT_FIRST: tl.constexpr = False):
     # x [M, K] contiguous. Row copy: qr [M, K], sr [M, K/32]. Column copy (blocks of 32 along M):
-    # COL_T: qc [K, M], sc [K, M/32] (SC_MK: stored [M/32, K]); else qc [M, K], sc [M/32, K].
+    # COL_T: qc [K, M]; else qc [M, K]. Either way sc is stored [M/32, K] (COL_T returns it as a [K, M/32] view).
     # Options (sweep: benchmarks/mxfp8_quant_sweep.py): GROUP_M tile order (see _tile_ids); TRANS_X (COL_T):
     # transpose the INPUT tile (16-bit, before widening) and quantize the column copy along the rows of the
     # transposed tile, so the [K, M] store needs no byte transpose (byte tiles transpose through shared memory
@@ -279,12 +278,8 @@ def _rowcol_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, qr_desc, qc_desc, M, K
         else:
             _store(qc_ptr + k0 * M + m0 + c[:, None] * M + r[None, :], ct, cmask[:, None] & rmask[None, :],
                    STREAM)
-        if SC_MK:
-            _store(sc_ptr + pid_m.to(tl.int64) * (BLOCK_M // 32) * K + k0 + mb[:, None] * K + c[None, :],
-                   tl.trans(_scale_byte(ac, ec).to(tl.uint8)), scmask, STREAM)
-        else:
-            _store(sc_ptr + k0 * (M // 32) + pid_m * (BLOCK_M // 32) + c[:, None] * (M // 32) + mb[None, :],
-                   _scale_byte(ac, ec).to(tl.uint8), tl.trans(scmask), STREAM)
+        _store(sc_ptr + pid_m.to(tl.int64) * (BLOCK_M // 32) * K + k0 + mb[:, None] * K + c[None, :],
+               tl.trans(_scale_byte(ac, ec).to(tl.uint8)), scmask, STREAM)
     else:
         xc = tl.reshape(x, [BLOCK_M // 32, 32, BLOCK_K])
         ac = _amax_bits(xc, 1)
@@ -300,19 +295,14 @@ def _rowcol_kernel(x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, qr_desc, qc_desc, M, K
             else:
                 _store(qc_ptr + k0 * M + m0 + c[:, None] * M + r[None, :], tl.trans(cc),
                        cmask[:, None] & rmask[None, :], STREAM)
-            if SC_MK:  # scale bytes [M/32, K]: BLOCK_K contiguous bytes per row (whole sectors), not BLOCK_M/32
-                _store(sc_ptr + pid_m.to(tl.int64) * (BLOCK_M // 32) * K + k0 + mb[:, None] * K + c[None, :], sc,
-                       scmask, STREAM)
-            else:
-                _store(sc_ptr + k0 * (M // 32) + pid_m * (BLOCK_M // 32) + c[:, None] * (M // 32) + mb[None, :],
-                       tl.trans(sc), tl.trans(scmask), STREAM)
         else:
             if TMA:
                 qc_desc.store([pid_m * BLOCK_M, pid_k * BLOCK_K], cc)
             else:
                 _store(qc_ptr + base + offs, cc, mask, STREAM)
-            _store(sc_ptr + pid_m.to(tl.int64) * (BLOCK_M // 32) * K + k0 + mb[:, None] * K + c[None, :], sc,
-                   scmask, STREAM)
+        # the scales of both layouts are stored [M/32, K] (COL_T: returned as a [K, M/32] view, to_mxfp8_rowcol)
+        _store(sc_ptr + pid_m.to(tl.int64) * (BLOCK_M // 32) * K + k0 + mb[:, None] * K + c[None, :], sc,
+               scmask, STREAM)
 
 
 @triton.jit
@@ -364,7 +354,7 @@ def _tiles32_kernel(x_ptr, q_ptr, sk_ptr, sn_ptr, N, K, BLOCK_N: tl.constexpr, B
 # The [K, M] column copy was stuck near 80% of copy on H100 with every one of those options (93 configs) and
 # with a CUDA C++ version (shared-memory byte transpose, 16-byte stores along M: 80.9%, bit-exact, dropped).
 # The limit was the column SCALES: stored [K, M/32], each tile wrote BLOCK_M/32 bytes per K row (partial
-# sectors). Stored [M/32, K] (SC_MK, returned as a transposed view) the same config reaches 90% (H100,
+# sectors). Stored [M/32, K] (returned as a transposed view) the same config reaches 90% (H100,
 # benchmarks/results/mxfp8_quant-nvidia-h100-*).
 _ROWS_CONFIGS = [(dict(BLOCKS=128), 4), (dict(BLOCKS=256), 4), (dict(BLOCKS=256), 8), (dict(BLOCKS=512), 8),
                  (dict(BLOCKS=1024), 8)]
@@ -523,8 +513,7 @@ def to_mxfp8_rowcol(x: torch.Tensor, col_transposed: bool = True, hw_cast=None, 
         qc = torch.empty((M, K), dtype=torch.uint8, device=dev)
         sc = torch.empty((M // BLOCK, K), dtype=torch.uint8, device=dev)
     if M and K:
-        _launch_rowcol(x, qr, sr, qc, sc, M, K, dict(COL_T=bool(col_transposed), SC_MK=bool(col_transposed)), hw,
-                       config)
+        _launch_rowcol(x, qr, sr, qc, sc, M, K, dict(COL_T=bool(col_transposed)), hw, config)
     f8 = torch.float8_e4m3fn
     return qr.view(f8), sr, qc.view(f8), (sc.t() if col_transposed else sc)
 

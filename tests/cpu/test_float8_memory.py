@@ -3,6 +3,8 @@
 - saved for backward: bytes of the distinct storages autograd keeps from forward to backward for one
   Llama-shaped block (wq, wo, w1/w3 sharing their input, w2), parameters excluded (FSDP2 frees and re-gathers
   the unsharded parameter's storage, so saving it costs nothing). Ours vs torchao's Float8Linear vs bf16.
+- compiled: what torch.compile's partitioner keeps for backward (it, not our autograd function, decides),
+  ours and ours with a float8-gathered weight vs torchao; no float8 copy may be kept.
 - precompute: nothing but a 4-byte scale per weight stays on the modules (no cast shards: those were 1 byte
   per local parameter for the whole step), and no op inside it makes a tensor bigger than 8 bytes per weight.
 - import without torchao: blockwise / mxfp8 work, tensorwise fails at conversion naming torchao.
