@@ -19,6 +19,7 @@ import platform
 import statistics
 import sys
 import time
+import types
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -106,9 +107,19 @@ def make_variant(kind, recipe, K, N, device, dtype, emulate):
     return lin
 
 
-def bench_one(lin, M, K, device, dtype, compile_mode, warmup, iters):
+def make_step(lin, M, K, device, dtype, compile_mode):
+    """One fwd+bwd step of `lin` on a fixed random input (compiled if asked)."""
     x = torch.randn(M, K, device=device, dtype=dtype, requires_grad=True)
-    model = torch.compile(lin) if compile_mode == "inductor" else lin
+
+    def forward(x):
+        return lin(x)
+
+    # a private code object per variant: torch.compile caches compiled code per code object and checks the
+    # cached entries' guards in turn, so with every variant of a shape alive (interleaved rounds) a shared
+    # nn.Sequential.forward made each call pay for the other variants' guards, in host time
+    forward = types.FunctionType(forward.__code__.replace(co_name=f"step_{id(lin)}"), forward.__globals__,
+                                 f"step_{id(lin)}", None, forward.__closure__)
+    model = torch.compile(forward) if compile_mode == "inductor" else lin
     gy = None
 
     def step():
@@ -121,9 +132,7 @@ def bench_one(lin, M, K, device, dtype, compile_mode, warmup, iters):
         for p in lin.parameters():
             p.grad = None
 
-    ms = time_fn(step, device, warmup, iters)
-    gpu = gpu_kernel_time(step) if device.type == "cuda" else (None, [])
-    return ms, gpu
+    return step
 
 
 def main():
@@ -135,6 +144,7 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--iters", type=int, default=50)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds per shape (median)")
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     ap.add_argument("--update-roofline", action="store_true",
                     help="write measured speedups into titan_fp8/float8/roofline.json")
@@ -147,7 +157,7 @@ def main():
     compile_mode = "none" if (smoke or args.no_compile) else "inductor"
     shapes = SMOKE if smoke else {"all": LLAMA_MOE + TORCHAO_DOCS, "llama_moe": LLAMA_MOE,
                                   "torchao_docs": TORCHAO_DOCS}[args.shapes]
-    iters, warmup = (3, 1) if smoke else (args.iters, args.warmup)
+    iters, warmup, rounds = (3, 1, 1) if smoke else (args.iters, args.warmup, args.rounds)
     recipes = [r for r in args.recipes.split(",") if r]
 
     versions = {"torch": torch.__version__}
@@ -166,35 +176,59 @@ def main():
         versions["torchao"] = None
         torchao_note = f"torchao rows skipped: {e!r}"
 
+    # torch.compile guards each module instance: every variant of a shape is one more compile of the same code
+    for knob in ("cache_size_limit", "recompile_limit"):
+        if hasattr(torch._dynamo.config, knob):
+            setattr(torch._dynamo.config, knob, 256)
     rows = []
     for label, M, K, N in shapes:
         variants = [("bf16", None)] + [("ours", r) for r in recipes]
         if versions["torchao"]:
             variants += [("torchao", r) for r in TORCHAO]
-        base = base_gpu = None
+        # build, compile and warm every variant of the shape, then time them in interleaved rounds (the median
+        # per variant): GPU clocks drift over a run, and back-to-back variants would carry that into the ratios
+        steps, result = {}, {}
         for kind, recipe in variants:
             name = kind if recipe is None else f"{kind}_{recipe}"
-            row = dict(shape=label, M=M, K=K, N=N, variant=name)
+            result[name] = dict(shape=label, M=M, K=K, N=N, variant=name)
             try:
                 torch.manual_seed(0)
                 lin = make_variant(kind, recipe, K, N, device, dtype, emulate)
-                ms, (gpu_ms, kernels) = bench_one(lin, M, K, device, dtype, compile_mode, warmup, iters)
+                steps[name] = make_step(lin, M, K, device, dtype, compile_mode)
+                for _ in range(warmup):
+                    steps[name]()
+            except Exception as e:
+                result[name]["error"] = repr(e)[:300]
+        wall, gpu, kern = {n: [] for n in steps}, {n: [] for n in steps}, {}
+        for _ in range(rounds):
+            for name, step in steps.items():
+                try:
+                    wall[name].append(time_fn(step, device, 1, iters, reps=1))
+                    if device.type == "cuda":
+                        g_ms, kern[name] = gpu_kernel_time(step)
+                        gpu[name].append(g_ms)
+                except Exception as e:
+                    result[name]["error"] = repr(e)[:300]
+        base = statistics.median(wall["bf16"]) if wall.get("bf16") else None
+        base_gpu = statistics.median(gpu["bf16"]) if gpu.get("bf16") else None
+        for name, row in result.items():
+            if "error" not in row and wall.get(name):
+                ms = statistics.median(wall[name])
                 row["ms"] = round(ms, 4)
                 row["tflops"] = round(6 * M * K * N / ms / 1e9, 1)
-                if kind == "bf16":
-                    base, base_gpu = ms, gpu_ms
                 row["speedup"] = round(base / ms, 3) if base else None
-                if gpu_ms:
-                    row["gpu_ms"] = round(gpu_ms, 4)
-                    row["speedup_gpu"] = round(base_gpu / gpu_ms, 3) if base_gpu else None
-                    row["kernels"] = kernels
-            except Exception as e:
-                row["error"] = repr(e)[:300]
+                if gpu.get(name):
+                    g_ms = statistics.median(gpu[name])
+                    row["gpu_ms"] = round(g_ms, 4)
+                    row["gpu_ms_rounds"] = [round(v, 4) for v in gpu[name]]
+                    row["speedup_gpu"] = round(base_gpu / g_ms, 3) if base_gpu else None
+                    row["kernels"] = kern[name]
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "kernels"}), flush=True)
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-            torch._dynamo.reset()
+        del steps
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        torch._dynamo.reset()
 
     # short table: speedup vs bf16 from back-to-back wall time / from summed GPU kernel time
     print("\ncells: fwd+bwd speedup vs bf16, wall (steps back to back) / GPU kernel time (profiler)")
@@ -213,11 +247,13 @@ def main():
         print(torchao_note)
 
     dev = torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu"
-    result = dict(benchmark="float8_linear", device=dev, date=datetime.datetime.utcnow().isoformat() + "Z",
+    result = dict(benchmark="float8_linear", device=dev, date=datetime.datetime.now(datetime.timezone.utc).isoformat(),
                   versions=versions, command=" ".join([os.path.basename(sys.executable)] + sys.argv),
                   compile=compile_mode, smoke=smoke, note=torchao_note, results=rows)
     os.makedirs(args.out, exist_ok=True)
     tag = "smoke" if smoke else dev.replace(" ", "_")
+    if args.shapes != "all" and not smoke:
+        tag = f"{args.shapes}-{tag}"
     path = os.path.join(args.out, f"float8_linear-{tag}-{datetime.date.today().isoformat()}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
@@ -231,7 +267,7 @@ def main():
         keep = [m for m in table.get("measured", [])
                 if (m["recipe"], m["K"], m["N"]) not in {(x["recipe"], x["K"], x["N"]) for x in measured}]
         table["measured"] = keep + measured
-        table["measured_source"] = f"{path} ({dev}, {result['date']})"
+        table["measured_source"] = f"{os.path.relpath(path, ROOT)} ({dev}, {result['date']})"
         with open(TABLE, "w") as f:
             json.dump(table, f, indent=1)
         print(f"updated {TABLE} with {len(measured)} measured rows")

@@ -72,7 +72,7 @@ def test_saved_for_backward_bytes_ours_le_torchao_and_bf16():
     assert bf16 - ours >= 2 * M * D, (ours, bf16)
 
 
-def compiled_saved(mode: str, inductor: bool = False):
+def compiled_saved(mode: str, inductor: bool = False, device: str = "cpu"):
     """(bytes, saved float8 tensor shapes) that torch.compile's partitioner keeps for backward of one block,
     parameters excluded. Graphs as on the GPU (hardware _scaled_mm path, which CPU torch runs too); no
     inductor, so only the partitioner's choices count. "ours_ag": every weight arrives as the float8 tensor
@@ -83,20 +83,23 @@ def compiled_saved(mode: str, inductor: bool = False):
 
     torch._dynamo.reset()
     torch.manual_seed(0)
-    m = Block().to(torch.bfloat16)
-    if mode == "torchao":
+    m = Block().to(device=device, dtype=torch.bfloat16)
+    if mode.startswith("torchao"):
         pytest.importorskip("torchao")
         from torchao.float8 import Float8LinearConfig
         from torchao.float8 import convert_to_float8_training as ao_convert
-        ao_convert(m, config=Float8LinearConfig(emulate=False))
+        ao_convert(m, config=Float8LinearConfig.from_recipe_name("rowwise") if mode == "torchao_rowwise"
+                   else Float8LinearConfig(emulate=False))
     else:
-        convert_to_float8_training(m, Float8Config(emulate=True, filter_fqns=["none"]))
+        rowwise = mode == "ours_rowwise"
+        convert_to_float8_training(m, Float8Config(recipe_name="rowwise" if rowwise else "tensorwise",
+                                                   emulate=True, filter_fqns=["none"]))
         cfg = linear_mm_config(False)
         for mod in m.modules():
             if isinstance(mod, Float8Linear):
                 if mode == "ours_ag":
                     mod.weight = nn.Parameter(cast_weight_tensorwise(mod.weight.detach(), cfg))
-                mod.forward = lambda x, mod=mod: _ScaledMM.apply(x, mod.weight, False, cfg)
+                mod.forward = lambda x, mod=mod: _ScaledMM.apply(x, mod.weight, rowwise, cfg)
     params = {_storage(p).data_ptr() for p in m.parameters()}
     seen, f8_shapes = {}, []
 
@@ -111,7 +114,7 @@ def compiled_saved(mode: str, inductor: bool = False):
     nop = lambda gm, example_inputs: gm  # noqa: E731
     f = torch.compile(m) if inductor else torch.compile(
         m, backend=aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=min_cut_rematerialization_partition))
-    x = torch.randn(M, D, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(M, D, dtype=torch.bfloat16, device=device, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = f(x)
     out.float().sum().backward()
@@ -132,6 +135,12 @@ def test_compiled_saved_for_backward_ours_le_torchao():
         # beyond torchao at most a few 4-byte scale scalars per linear (ours keeps fp32 scales, it a bf16 amax)
         assert ours <= ao + 16 * 5, (mode, ours, ao)
         assert f8 == [], (mode, f8)
+    # rowwise: the column casts of x and w for backward read the saved bf16 x and w (beyond torchao at most the
+    # fp32 column amax of each, 4 bytes a column); an fp32 copy of x merged between forward and backward
+    # widening once made it save 4 bytes per input element
+    ao, _ = compiled_saved("torchao_rowwise")
+    ours, f8 = compiled_saved("ours_rowwise")
+    assert ours <= ao + 5 * 4 * (2 * H + 2 * D) and f8 == [], (ours, ao, f8)
     # and inductor lowers the backward-only weight transpose (a dtype view of a buffer whose layout inductor had
     # left open once failed to lower on the GPU)
     ours, f8 = compiled_saved("ours_ag", inductor=True)

@@ -4,6 +4,8 @@ GEMM operands per recipe (x [M, K] tokens, w [N, K], g = dL/dy [M, N]):
   tensorwise  x e4m3, w e4m3, g e5m2; one scale per tensor. GEMMs: torch._scaled_mm through torchao's
               Float8TrainingTensor (its emulate path dequantizes and matmuls in fp32).
   rowwise     e4m3 everywhere; one power-of-two scale per row/column along the GEMM's non-contracted dim.
+              Casts: kernels.float8_cast (on CUDA one Triton read per cast; the forward's row casts also measure
+              the column amax the backward's transposed column casts use).
   blockwise   e4m3; x and g 1x128 along the contracted dim, w 128x128 tiles (one quantization serves forward
               and grad-input). GPU: torch.nn.functional.scaled_mm BlockWise1x128 / BlockWise128x128.
   mxfp8       e4m3 + E8M0 per 32 along the contracted dim (kernels.mxfp8); w one scale per 32x32 tile.
@@ -38,10 +40,16 @@ def require_torchao(recipe: str):
         raise ImportError(f"float8 recipe {recipe!r} needs torchao>=0.18 (its Float8TrainingTensor and scaled-mm "
                           f"dispatch): {TORCHAO_IMPORT_ERROR}") from TORCHAO_IMPORT_ERROR
 
+from kernels.float8_cast import (
+    to_float8_colwise_transposed,
+    to_float8_rowwise,
+    to_float8_transposed,
+    to_float8_with_transpose,
+)
+
 from .config import E4M3, E5M2, Float8Config
 from .scaling import (
     BLOCK_K,
-    axiswise_scale,
     dequantize_1x128,
     dequantize_128x128,
     mx_dequantize,
@@ -75,6 +83,14 @@ def cast_weight_tensorwise(w: torch.Tensor, cfg: LinearMMConfig) -> Float8Traini
     return _cast(w, tensorwise_scale(w, E4M3), E4M3, cfg, WEIGHT)
 
 
+def _zero_from(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A 0-d 0 of `dtype` computed from g (NaN != NaN is the only way to 1, and & 0 clears it; no dtype view
+    of g, whose layout inductor may leave open). Added to the input of a backward-only op it ties that op to
+    backward (see _weight_for_grad_input)."""
+    g00 = g[:1, :1]
+    return ((g00 != g00).to(torch.uint8) & 0).to(dtype).reshape(())
+
+
 def _weight_for_grad_input(w8: Float8TrainingTensor, g: torch.Tensor) -> Float8TrainingTensor:
     """The float8 weight gathered by FSDP2 as the column-major second operand of grad_input = g @ w (float8
     GEMMs on Hopper take only K-major operands, so this is a transposed copy of the weight).
@@ -84,15 +100,36 @@ def _weight_for_grad_input(w8: Float8TrainingTensor, g: torch.Tensor) -> Float8T
     of every layer held across the step (tests/cpu/test_float8_memory.py counts it). Adding an integer zero
     computed from g ties the copy to backward; it stays ONE fused transposing kernel in inductor (an opaque
     custom op here ran as a slow eager byte transpose: 11 ms/step on 8 Llama-3-8B blocks, H200)."""
-    # a uint8 0 computed from g (NaN != NaN is the only way to 1, and & 0 clears it; no dtype view of g, whose
-    # layout inductor may leave open)
-    g00 = g[:1, :1]
-    zero = (g00 != g00).to(torch.uint8) & 0
     w_u8 = w8._data.view(torch.uint8)
+    zero = _zero_from(g, torch.uint8)
     # [K, N] with N contiguous: the transposed copy, written by the add itself (one pass, eager or compiled)
     wt = torch.add(w_u8.t(), zero, out=w_u8.new_empty(w_u8.shape[1], w_u8.shape[0]))
     return Float8TrainingTensor(wt.view(w8._data.dtype).t(), w8._scale, w8._orig_dtype, w8._linear_mm_config,
                                 w8._gemm_input_role)
+
+
+def _rowwise(t: torch.Tensor, cfg: LinearMMConfig, role):
+    """t [R, C] -> (float8 t with one power-of-two scale per row, max |t| per column); one read of t (Triton
+    on CUDA, kernels/float8_cast)."""
+    data, scale, col_amax = to_float8_rowwise(t)
+    return Float8TrainingTensor(data, scale, t.dtype, cfg, role, -1), col_amax
+
+
+# Backward casts of tensors SAVED from forward (x, w) run as plain torch ops (compiled: inductor), not as
+# Triton ops: the partitioner recomputes a fusible producer of x inside an inductor kernel, but it must
+# materialize and save any input of an op it cannot fuse, so a Triton cast of x in backward made it save the
+# bf16 input of every linear (+43% saved bytes on a Llama-shaped block; tests/gpu/test_float8_cast_gpu.py
+# checks the Triton casts add nothing). With the scale known these casts are one transposing pass either way
+# (inductor within 4% of our kernel, benchmarks/float8_cast.py). Casts of g, which exists only in backward,
+# use Triton.
+SAVED = "reference"
+
+
+def _colwise(t: torch.Tensor, col_amax: torch.Tensor, cfg: LinearMMConfig, role, backend: str = "auto"):
+    """t [R, C] -> float8 t with one power-of-two scale per column, stored column-major (its transpose
+    row-major): the layout the GEMMs that contract over R read."""
+    data_t, scale = to_float8_colwise_transposed(t, col_amax, backend=backend)
+    return Float8TrainingTensor(data_t.t(), scale, t.dtype, cfg, role, 0)
 
 
 class _ScaledMM(torch.autograd.Function):
@@ -127,9 +164,10 @@ class _ScaledMM(torch.autograd.Function):
                 w8 = _cast(w, w_scale, E4M3, cfg, WEIGHT)
                 ctx.save_for_backward(*x_saved, w, w_scale)
         else:
-            x8 = _cast(x2, axiswise_scale(x2, E4M3, -1), E4M3, cfg, INPUT, -1)
-            w8 = _cast(w, axiswise_scale(w, E4M3, -1), E4M3, cfg, WEIGHT, -1)
-            ctx.save_for_backward(x2, w)
+            # one read each: the row cast for this GEMM and the column amax the backward's column casts need
+            x8, x_col_amax = _rowwise(x2, cfg, INPUT)
+            w8, w_col_amax = _rowwise(w, cfg, WEIGHT)
+            ctx.save_for_backward(x2, w, x_col_amax, w_col_amax)
         ctx.rowwise, ctx.cfg, ctx.w_dtype = rowwise, cfg, w.dtype
         out = torch.mm(x8, w8.t())
         return out.reshape(*x.shape[:-1], out.shape[-1])
@@ -144,26 +182,36 @@ class _ScaledMM(torch.autograd.Function):
             if ctx.n_x == 1:
                 x8 = x_saved[0]
             else:
-                # recast x already transposed (the column-major operand wgrad's _scaled_mm wants). Being a
-                # different graph node from forward's cast, it is not merged with it, so the partitioner
-                # does not keep forward's x8 alive for it. Same scale, same elementwise cast: same bits.
+                # recast x already transposed (the column-major operand wgrad's _scaled_mm wants; plain ops,
+                # see SAVED). Being a different graph node from forward's cast, it is not merged with it, so
+                # the partitioner does not keep forward's x8 alive for it. Same scale, same cast: same bits.
                 x_hp, x_scale = x_saved
-                x8 = _cast(x_hp.t().contiguous(), x_scale, E4M3, cfg, INPUT).t()
+                x8 = Float8TrainingTensor(to_float8_transposed(x_hp, x_scale, backend=SAVED).t(), x_scale,
+                                          x_hp.dtype, cfg, INPUT)
             if w_scale:
+                # bf16 all-gather: recast the saved weight (inductor fuses this cast with the transposed copy
+                # grad-input's column-major operand needs; the Triton transposing cast measured no faster here)
                 w8 = _cast(w8, w_scale[0], E4M3, cfg, WEIGHT)
-            g8 = _cast(g2, tensorwise_scale(g2, E5M2), E5M2, cfg, GRAD)
+            # g in both layouts from one read: row-major for grad-input, transposed (row-major [N, M]) for
+            # grad-weight's first operand, which torch._scaled_mm needs K-major
+            # (one Triton pass on CUDA. Measured trade-off, H100 / 2xH200: against inductor's fused cast it
+            # took ours from -0.5% to +0.3..5% over torchao on the single-linear shapes, but where inductor can
+            # fuse g's producer into the cast (the SwiGLU backward) g must now exist in bf16 first: the FSDP
+            # 8-block step was 117.5 ms / 19.61 GiB against 115.3 ms / 19.54 GiB with inductor's cast, two
+            # runs apart. Choosing per producer is open.)
+            g_scale = tensorwise_scale(g2, E5M2)
+            g_data, g_data_t = to_float8_with_transpose(g2, g_scale, E5M2)
+            g8 = Float8TrainingTensor(g_data, g_scale, g2.dtype, cfg, GRAD)
+            g8_t = Float8TrainingTensor(g_data_t, g_scale, g2.dtype, cfg, GRAD)
             if not w_scale:  # float8 all-gather: transpose the gathered weight here, not in forward
                 w8 = _weight_for_grad_input(w8, g2)
             grad_x = torch.mm(g8, w8)
-            grad_w = torch.mm(g8.t(), x8)
+            grad_w = torch.mm(g8_t, x8)
         else:
-            x2, w = ctx.saved_tensors
-            g8_rows = _cast(g2, axiswise_scale(g2, E4M3, -1), E4M3, cfg, GRAD, -1)
-            w8_cols = _cast(w, axiswise_scale(w, E4M3, 0), E4M3, cfg, WEIGHT, 0)
-            grad_x = torch.mm(g8_rows, w8_cols)
-            g8_cols = _cast(g2, axiswise_scale(g2, E4M3, 0), E4M3, cfg, GRAD, 0)
-            x8_cols = _cast(x2, axiswise_scale(x2, E4M3, 0), E4M3, cfg, INPUT, 0)
-            grad_w = torch.mm(g8_cols.t(), x8_cols)
+            x2, w, x_col_amax, w_col_amax = ctx.saved_tensors
+            g8_rows, g_col_amax = _rowwise(g2, cfg, GRAD)
+            grad_x = torch.mm(g8_rows, _colwise(w, w_col_amax, cfg, WEIGHT, SAVED))
+            grad_w = torch.mm(_colwise(g2, g_col_amax, cfg, GRAD).t(), _colwise(x2, x_col_amax, cfg, INPUT, SAVED))
         grad_x = grad_x.reshape(*g.shape[:-1], grad_x.shape[-1])
         return grad_x, grad_w.to(ctx.w_dtype), None, None
 

@@ -1,10 +1,10 @@
 """amax -> scale, and the casts every recipe shares.
 
 Convention (torchao's): `scale` multiplies the high-precision tensor into float8 range, `data / scale` gives
-it back. `amax_to_scale` is the ONE rule turning an absolute maximum into a scale, for every recipe except
-MXFP8, whose power-of-two E8M0 rule lives with the format in `kernels.mxfp8`.
+it back. `amax_to_scale` (kernels/float8_cast/reference.py) is the ONE rule turning an absolute maximum into a
+scale, for every recipe except MXFP8, whose power-of-two E8M0 rule lives with the format in `kernels.mxfp8`.
 
-Edge cases (tested in tests/cpu/test_float8_scaling.py):
+Edge cases (tested in tests/cpu/test_float8_cast.py and tests/cpu/test_nonfinite.py):
 - amax == 0 (all-zero tensor or block): amax is clamped to EPS, so the scale is finite and zeros stay zeros.
 - non-finite amax (a NaN or inf anywhere in the scale group): the scale is NaN, so every value of the group
   casts to NaN and the failure stays visible in the loss. (A plain 448/inf would give scale 0 and silently
@@ -15,34 +15,11 @@ from __future__ import annotations
 
 import torch
 
-E4M3 = torch.float8_e4m3fn
-E5M2 = torch.float8_e5m2
-EPS = 1e-12
+# The amax -> scale rule and the plain cast live with the kernels that implement them in Triton (kernels/
+# never imports titan_fp8, so the rule's one home is there); every recipe here reads them from it.
+from kernels.float8_cast.reference import E4M3, E5M2, EPS, amax_to_scale, to_float8  # noqa: F401
+
 BLOCK_K = 128  # blockwise recipe: activations 1x128, weights 128x128
-
-
-def amax_to_scale(amax: torch.Tensor, float8_dtype: torch.dtype, round_to_pow2: bool = False) -> torch.Tensor:
-    """fp32 scale = finfo(float8_dtype).max / max(amax, EPS); NaN where amax is not finite.
-
-    Computed in float64 so eager and torch.compile agree bit for bit (torchao's reason too).
-    round_to_pow2 rounds the scale DOWN to a power of two by masking the fp32 mantissa (exact, unlike
-    exp2(floor(log2(s))) whose log2 rounds)."""
-    a = amax.to(torch.float64)
-    scale = torch.finfo(float8_dtype).max / torch.clamp(a, min=EPS)
-    scale = torch.where(torch.isfinite(a), scale, torch.full_like(scale, float("nan")))
-    scale = scale.to(torch.float32)
-    if round_to_pow2:
-        bits = scale.view(torch.int32) & 0x7F800000  # keep sign(0) and exponent: floor to 2^e
-        pow2 = bits.view(torch.float32)
-        scale = torch.where(torch.isfinite(scale), pow2, scale)
-    return scale
-
-
-def to_float8(x: torch.Tensor, scale: torch.Tensor, float8_dtype: torch.dtype) -> torch.Tensor:
-    """Plain float8 data = saturate(x * scale). Bit-identical to torchao's hp_tensor_and_scale_to_float8
-    (fp32 multiply, clamp to +-max, round to nearest even); NaN stays NaN."""
-    fmax = torch.finfo(float8_dtype).max
-    return (x.to(torch.float32) * scale).clamp(-fmax, fmax).to(float8_dtype)
 
 
 _compiled_to_float8 = None
@@ -68,13 +45,6 @@ def tensor_amax(x: torch.Tensor) -> torch.Tensor:
 
 def tensorwise_scale(x: torch.Tensor, float8_dtype: torch.dtype) -> torch.Tensor:
     return amax_to_scale(tensor_amax(x), float8_dtype)
-
-
-def axiswise_scale(x: torch.Tensor, float8_dtype: torch.dtype, dim: int) -> torch.Tensor:
-    """Rowwise scale: one per slice along `dim` (keepdim), power-of-two (torchao's rowwise choice: exact
-    rescaling, no mantissa error in the scale)."""
-    amax = x.abs().amax(dim=dim, keepdim=True).to(torch.float32)
-    return amax_to_scale(amax, float8_dtype, round_to_pow2=True)
 
 
 # ---------------------------------------------------------------------------------- blockwise (DeepSeek V3)
