@@ -262,7 +262,8 @@ def main():
     if args.update_roofline and not smoke:
         from titan_fp8.float8.roofline import TABLE
         table = json.load(open(TABLE))
-        measured = [dict(recipe=r["variant"][5:], M=r["M"], K=r["K"], N=r["N"], speedup=r.get("speedup_gpu") or r["speedup"])
+        measured = [dict(recipe=r["variant"][5:], M=r["M"], K=r["K"], N=r["N"],
+                         speedup=r.get("speedup_gpu") or r["speedup"])
                     for r in rows if r["variant"].startswith("ours_") and r.get("speedup")]
         keep = [m for m in table.get("measured", [])
                 if (m["recipe"], m["K"], m["N"]) not in {(x["recipe"], x["K"], x["N"]) for x in measured}]

@@ -17,9 +17,9 @@ Public entry points (contracts; reference.py has the exact rule):
 backend: "auto" = Triton on CUDA tensors (rows up to kernels.float8_cast.triton._MAX_ROW elements), reference
 elsewhere; "reference" = plain PyTorch; "triton" = the Triton kernels (on CPU only under TRITON_INTERPRET=1).
 The Triton paths are torch.library triton ops (titan_fp8::to_float8_rowwise, ::to_float8_colwise_transposed,
-::to_float8_transposed, ::to_float8_with_transpose): torch.compile traces their launches into its generated code (no Python launcher or
-dispatcher per call; as custom ops they cost ~0.25 ms of host time per call on torch 2.11, which at these
-kernels' 10-60 us made a compiled rowwise linear host-bound).
+::to_float8_transposed, ::to_float8_with_transpose): torch.compile traces their launches into its generated
+code (no Python launcher or dispatcher per call; as custom ops they cost ~0.25 ms of host time per call on
+torch 2.11, which at these kernels' 10-60 us made a compiled rowwise linear host-bound).
 Outputs never require grad (the casts run under no_grad).
 """
 import torch
@@ -35,7 +35,8 @@ from .reference import (  # noqa: F401
     to_float8_rowwise_reference,
 )
 
-__all__ = ["to_float8_rowwise", "to_float8_colwise_transposed", "to_float8_transposed", "to_float8_with_transpose", "amax_to_scale", "to_float8",
+__all__ = ["to_float8_rowwise", "to_float8_colwise_transposed", "to_float8_transposed", "to_float8_with_transpose",
+           "amax_to_scale", "to_float8",
            "to_float8_rowwise_reference", "to_float8_colwise_transposed_reference"]
 
 _BACKENDS = ("auto", "reference", "triton")

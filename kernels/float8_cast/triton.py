@@ -52,10 +52,9 @@ def _abs_nan_as_inf(x):
 
 @triton.jit
 def _rows_kernel(x_ptr, q_ptr, s_ptr, camax_ptr, M, N, n_iters, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 COL_AMAX: tl.constexpr, PARTIAL: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
-    # x, q [M, N] contiguous; s [M]. Persistent over row blocks: the column amax stays in registers until the
-    # end, then PARTIAL: row pid of camax [programs, N]; else an atomic max into camax [N] (zero-initialised;
-    # the sweep's loser, kept for comparison).
+                 HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+    # x, q [M, N] contiguous; s [M]; camax [programs, N]. Persistent over row blocks: the column amax stays in
+    # registers until the end, then goes out as row pid of camax (partial maxima, reduced by the launcher).
     pid = tl.program_id(0)
     n_prog = tl.num_programs(0)
     r = tl.arange(0, BLOCK_M)
@@ -70,16 +69,11 @@ def _rows_kernel(x_ptr, q_ptr, s_ptr, camax_ptr, M, N, n_iters, BLOCK_M: tl.cons
         x = _widen(_load_raw(x_ptr, offs, mask, IS_BF16), IS_BF16)
         a = _abs_nan_as_inf(x)
         scale = _pow2_scale(tl.max(a, axis=1))
-        if COL_AMAX:
-            cmax = tl.maximum(cmax, tl.max(a, axis=0))
+        cmax = tl.maximum(cmax, tl.max(a, axis=0))
         code = _encode(x * scale[:, None], (scale != scale)[:, None], HW_CAST)
         tl.store(q_ptr + offs, code, mask=mask)
         tl.store(s_ptr + rows, scale, mask=rmask)
-    if COL_AMAX:
-        if PARTIAL:  # one row of partial maxima per program ([programs, N]), reduced by the launcher
-            tl.store(camax_ptr + pid.to(tl.int64) * N + c, cmax, mask=cmask)
-        else:
-            tl.atomic_max(camax_ptr + c, cmax, mask=cmask)
+    tl.store(camax_ptr + pid.to(tl.int64) * N + c, cmax, mask=cmask)
 
 
 @triton.jit
@@ -138,8 +132,8 @@ def _cols_t_kernel(x_ptr, c_ptr, q_ptr, s_ptr, r_ptr, M, N, BLOCK_M: tl.constexp
 # for the measured bandwidth). Fixed rather than autotuned so that torch.compile can trace the launch into its
 # generated code (torch.library.triton_op): no Python launcher, no dispatcher, per call.
 #   rows: the column amax goes out as one row of partial maxima per program, reduced by a small second
-#   kernel; a single atomic max per column per program ran 2x slower (the programs finish together and the
-#   atomics on the same N addresses serialize).
+#   kernel; one atomic max per column per program instead ran 2x slower in the sweep (the programs finish
+#   together and the atomics on the same N addresses serialize), so that variant is gone.
 _INTERP_COLS_T = (32, 32, 4, False)
 _COLS_T = (64, 128, 4, True)  # BLOCK_M, BLOCK_N, num_warps, N_FAST (neighbouring programs walk along N)
 _SM_COUNT = {}
@@ -163,17 +157,18 @@ def _check(x: torch.Tensor, who: str):
 
 
 def rows_config(N: int, config=None):
-    """(BLOCK_M, BLOCK_N, num_warps, programs per SM (0: one row block each), PARTIAL) of _rows_kernel."""
+    """(BLOCK_M, BLOCK_N, num_warps, programs per SM (0: one row block each)) of _rows_kernel; config:
+    (elements per iteration, num_warps, programs per SM)."""
     # short rows: more of them per program iteration, fewer programs (each writes a partial row of N)
-    elems, warps, per_sm, partial = config or ((4096, 4, 4, True) if N >= 2048 else (16384, 4, 2, True))
+    elems, warps, per_sm = config or ((4096, 4, 4) if N >= 2048 else (16384, 4, 2))
     block_n = triton.next_power_of_2(max(N, 16))
     if config is None and block_n >= 8192:
         warps = block_n // 1024  # one whole row per program iteration: 16 fp32 values per thread, no spills
-    return max(1, elems // block_n), block_n, warps, per_sm, partial
+    return max(1, elems // block_n), block_n, warps, per_sm
 
 
-def to_float8_rowwise_triton(x: torch.Tensor, col_amax: bool = True, hw_cast=None, config=None):
-    """x [M, N] (N <= _MAX_ROW) -> (data e4m3 [M, N], scale fp32 [M, 1], col_amax fp32 [N] or None)."""
+def to_float8_rowwise_triton(x: torch.Tensor, hw_cast=None, config=None):
+    """x [M, N] (N <= _MAX_ROW) -> (data e4m3 [M, N], scale fp32 [M, 1], col_amax fp32 [N])."""
     _check(x, "to_float8_rowwise")
     M, N = x.shape
     if M == 0 or N == 0:
@@ -184,22 +179,17 @@ def to_float8_rowwise_triton(x: torch.Tensor, col_amax: bool = True, hw_cast=Non
     hw = default_hw_cast(x.device) if hw_cast is None else hw_cast
     q = torch.empty((M, N), dtype=torch.uint8, device=x.device)
     s = torch.empty((M, 1), dtype=torch.float32, device=x.device)
-    block_m, block_n, warps, per_sm, partial = rows_config(N, config)
+    block_m, block_n, warps, per_sm = rows_config(N, config)
     n_blocks = triton.cdiv(M, block_m)
-    # a few resident programs per SM: each keeps its column amax in registers, so the atomics at the end
-    # number programs x N, not M x N
+    # a few resident programs per SM, each keeping its column amax in registers: the partial maxima number
+    # programs x N, not M / BLOCK_M x N
     grid = (min(n_blocks, per_sm * _sm_count(x.device)) if per_sm else n_blocks,)
     n_iters = triton.cdiv(n_blocks, grid[0])
-    if partial:
-        camax = torch.empty((grid[0], N), dtype=torch.float32, device=x.device)
-    else:
-        camax = torch.zeros(N, dtype=torch.float32, device=x.device)
+    camax = torch.empty((grid[0], N), dtype=torch.float32, device=x.device)
     xin, is_bf16 = _as_kernel_input(x)
     wrap_triton(_rows_kernel)[grid](xin, q, s, camax, M, N, n_iters, BLOCK_M=block_m, BLOCK_N=block_n,
-                                    COL_AMAX=col_amax, PARTIAL=partial, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
-    if partial:
-        camax = camax.amax(0)
-    return q.view(torch.float8_e4m3fn), s, camax
+                                    HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
+    return q.view(torch.float8_e4m3fn), s, camax.amax(0)
 
 
 def _launch_cols_t(xin, c, q, s, r, M, N, cfg, scalar, row_out, e5m2, hw, is_bf16):

@@ -83,14 +83,6 @@ def cast_weight_tensorwise(w: torch.Tensor, cfg: LinearMMConfig) -> Float8Traini
     return _cast(w, tensorwise_scale(w, E4M3), E4M3, cfg, WEIGHT)
 
 
-def _zero_from(g: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A 0-d 0 of `dtype` computed from g (NaN != NaN is the only way to 1, and & 0 clears it; no dtype view
-    of g, whose layout inductor may leave open). Added to the input of a backward-only op it ties that op to
-    backward (see _weight_for_grad_input)."""
-    g00 = g[:1, :1]
-    return ((g00 != g00).to(torch.uint8) & 0).to(dtype).reshape(())
-
-
 def _weight_for_grad_input(w8: Float8TrainingTensor, g: torch.Tensor) -> Float8TrainingTensor:
     """The float8 weight gathered by FSDP2 as the column-major second operand of grad_input = g @ w (float8
     GEMMs on Hopper take only K-major operands, so this is a transposed copy of the weight).
@@ -100,8 +92,11 @@ def _weight_for_grad_input(w8: Float8TrainingTensor, g: torch.Tensor) -> Float8T
     of every layer held across the step (tests/cpu/test_float8_memory.py counts it). Adding an integer zero
     computed from g ties the copy to backward; it stays ONE fused transposing kernel in inductor (an opaque
     custom op here ran as a slow eager byte transpose: 11 ms/step on 8 Llama-3-8B blocks, H200)."""
+    # a uint8 0 computed from g (NaN != NaN is the only way to 1, and & 0 clears it; no dtype view of g, whose
+    # layout inductor may leave open)
+    g00 = g[:1, :1]
+    zero = (g00 != g00).to(torch.uint8) & 0
     w_u8 = w8._data.view(torch.uint8)
-    zero = _zero_from(g, torch.uint8)
     # [K, N] with N contiguous: the transposed copy, written by the add itself (one pass, eager or compiled)
     wt = torch.add(w_u8.t(), zero, out=w_u8.new_empty(w_u8.shape[1], w_u8.shape[0]))
     return Float8TrainingTensor(wt.view(w8._data.dtype).t(), w8._scale, w8._orig_dtype, w8._linear_mm_config,
@@ -192,13 +187,10 @@ class _ScaledMM(torch.autograd.Function):
                 # bf16 all-gather: recast the saved weight (inductor fuses this cast with the transposed copy
                 # grad-input's column-major operand needs; the Triton transposing cast measured no faster here)
                 w8 = _cast(w8, w_scale[0], E4M3, cfg, WEIGHT)
-            # g in both layouts from one read: row-major for grad-input, transposed (row-major [N, M]) for
-            # grad-weight's first operand, which torch._scaled_mm needs K-major
-            # (one Triton pass on CUDA. Measured trade-off, H100 / 2xH200: against inductor's fused cast it
-            # took ours from -0.5% to +0.3..5% over torchao on the single-linear shapes, but where inductor can
-            # fuse g's producer into the cast (the SwiGLU backward) g must now exist in bf16 first: the FSDP
-            # 8-block step was 117.5 ms / 19.61 GiB against 115.3 ms / 19.54 GiB with inductor's cast, two
-            # runs apart. Choosing per producer is open.)
+            # g in both layouts from one read (Triton on CUDA): row-major for grad-input, transposed for
+            # grad-weight's K-major first operand. Trade-off measured: +0.5..5% on single linears against
+            # inductor's fused cast, but g must exist in bf16 where inductor fused its producer (SwiGLU
+            # backward) into the cast: FSDP 8 blocks 117.5 ms / 19.61 GiB vs 115.3 / 19.54, two runs apart.
             g_scale = tensorwise_scale(g2, E5M2)
             g_data, g_data_t = to_float8_with_transpose(g2, g_scale, E5M2)
             g8 = Float8TrainingTensor(g_data, g_scale, g2.dtype, cfg, GRAD)
