@@ -68,7 +68,7 @@ def test_init_is_deterministic_given_seed_and_survives_meta_flow():
     c = Transformer(args)
     sa, sb, sc = a.state_dict(), b.state_dict(), c.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
-    assert not torch.equal(sa["layers.1.moe.experts.w1"], sc["layers.1.moe.experts.w1"])
+    assert not torch.equal(sa["layers.1.moe.experts.w13"], sc["layers.1.moe.experts.w13"])
 
     # FSDP2 flow: build on meta, materialise, init -> same as init_weights on a real-device model
     with torch.device("meta"):

@@ -102,21 +102,22 @@ def test_grouped_experts_matches_loop(dtype):
     out = experts(x, _offs(sizes))
     out.backward(g)
 
-    params = [p.detach().double().requires_grad_() for p in (experts.w1, experts.w2, experts.w3)]
+    params = [p.detach().double().requires_grad_() for p in (experts.w13, experts.w2)]
     xr = x.detach().double().requires_grad_()
     ref = torch.zeros(x.shape[0], 16, dtype=torch.float64)
     start = 0
     for e, n in enumerate(sizes):
-        ref[start:start + n] = _swiglu(xr[start:start + n], *(p[e] for p in params))
+        w1, w3 = params[0][e].chunk(2, dim=0)
+        ref[start:start + n] = _swiglu(xr[start:start + n], w1, params[1][e], w3)
         start += n
     ref.backward(g.double())
 
     tol = 1e-12 if dtype == torch.float64 else 1e-5
     torch.testing.assert_close(out.double(), ref, rtol=tol, atol=tol)
     torch.testing.assert_close(x.grad.double(), xr.grad, rtol=tol, atol=tol)
-    for p, pr in zip((experts.w1, experts.w2, experts.w3), params):
+    for p, pr in zip((experts.w13, experts.w2), params):
         torch.testing.assert_close(p.grad.double(), pr.grad, rtol=tol, atol=tol)
-    assert torch.equal(experts.w1.grad[1], torch.zeros_like(experts.w1.grad[1]))  # empty expert
+    assert torch.equal(experts.w13.grad[1], torch.zeros_like(experts.w13.grad[1]))  # empty expert
 
 
 def test_grouped_experts_mm_is_swappable_per_instance():
@@ -130,7 +131,7 @@ def test_grouped_experts_mm_is_swappable_per_instance():
 
     experts.mm = spy
     experts(torch.randn(4, 8), torch.tensor([1, 4], dtype=torch.int32))
-    assert calls == [(2, 8, 8)] * 3
+    assert calls == [(2, 16, 8), (2, 8, 8)]  # one GEMM for w1 and w3 (w13), one for w2
     assert GroupedExperts.mm is not spy and GroupedExperts(8, 8, 2).mm is grouped_mm
 
 
@@ -173,7 +174,8 @@ def _reference_moe(m: MoE, x, bias):
     """Token-by-token float64 MoE with the module's parameters (shared autograd leaves)."""
     a = m.args
     gate = m.router.gate.weight
-    w1, w2, w3 = m.experts.w1, m.experts.w2, m.experts.w3
+    w1, w3 = m.experts.w13.chunk(2, dim=1)
+    w2 = m.experts.w2
     xf = x.reshape(-1, x.shape[-1])
     outs, probs_sum = [], 0
     counts = torch.zeros(a.num_experts, dtype=torch.float64)
@@ -256,7 +258,7 @@ def test_moe_matches_token_loop_reference(score_func, route_norm, shared, load_b
     for name, p in m.named_parameters():
         assert p.grad is not None, name
         torch.testing.assert_close(got[name], p.grad, rtol=1e-10, atol=1e-12, msg=name)
-    assert torch.equal(got["experts.w1"][3], torch.zeros_like(got["experts.w1"][3]))
+    assert torch.equal(got["experts.w13"][3], torch.zeros_like(got["experts.w13"][3]))
 
 
 def test_moe_bf16_close_to_fp64():
@@ -316,3 +318,14 @@ def test_moe_args_validation_names_the_key():
             MoEArgs(**kwargs)
     with pytest.raises(ValueError, match=r"\[B, S, 16\]"):
         MoE(16, MoEArgs(num_experts=2, top_k=1, hidden_dim=8))(torch.randn(3, 8))
+
+
+def test_old_state_dict_with_w1_w3_loads_into_w13():
+    torch.manual_seed(3)
+    experts = GroupedExperts(8, 16, 2)
+    experts.init_weights(0.1)
+    w1, w3 = experts.w13.detach().chunk(2, dim=1)
+    old = {"w1": w1.clone(), "w3": w3.clone(), "w2": experts.w2.detach().clone()}
+    fresh = GroupedExperts(8, 16, 2)
+    fresh.load_state_dict(old)
+    assert torch.equal(fresh.w13, experts.w13) and torch.equal(fresh.w2, experts.w2)

@@ -78,7 +78,7 @@ def _convert_experts(model: nn.Module, config: Float8Config, module_filter_fn) -
         if module_filter_fn is not None and not module_filter_fn(moe.experts, efqn):
             continue
         ex = moe.experts
-        bad = [f"{n} {tuple(getattr(ex, n).shape)}" for n in ("w1", "w2", "w3") if any(d % 32 for d in getattr(ex, n).shape[1:])]
+        bad = [f"{n} {tuple(getattr(ex, n).shape)}" for n in ("w13", "w2") if any(d % 32 for d in getattr(ex, n).shape[1:])]
         if bad:
             raise ValueError(f"convert_to_float8_training: {efqn} cannot run MXFP8 (its out/in dims must be multiples "
                              f"of 32): {', '.join(bad)}; exclude it with filter_fqns=[..., 'experts']")

@@ -3,11 +3,13 @@
 Data flow of `MoE.forward` for N tokens, E experts, top-k routing (no host syncs anywhere):
 
   route      fp32 router scores [N, E] -> top-k experts and weights [N, k]
-  permute    stable sort of the N*k (token, slot) pairs by expert; each expert's group is padded to a
+  plan       stable sort of the N*k (token, slot) pairs by expert; each expert's group is padded to a
              multiple of `token_group_align` rows inside a buffer whose size depends only on N, k, E
              and the alignment; padding rows are zero; offs = cumulative group ends (int32)
-  experts    ONE grouped GEMM per weight over all experts (SwiGLU)
-  unpermute  every token gathers its k expert outputs and sums them weighted by its router weights
+  experts    `GroupedExperts.routed(x, weights, plan)`: permute the tokens into expert order, ONE
+             grouped GEMM for the gate+up projections (w13) and one for w2 (SwiGLU), then every
+             token gathers its k expert outputs and sums them weighted by its router weights.
+             The float8 layer swaps this whole path for its fused version.
 
 Every gather's backward writes to unique rows or is a fixed-order sum over the k slots, so neither
 direction needs atomics: the backward is deterministic as well as the forward.
@@ -15,13 +17,14 @@ direction needs atomics: the backward is deterministic as well as the forward.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-__all__ = ["MoEArgs", "grouped_mm", "GroupedExperts", "Router", "FeedForward", "MoE"]
+__all__ = ["MoEArgs", "grouped_mm", "GroupedExperts", "Router", "FeedForward", "MoE", "DispatchPlan", "dispatch_plan"]
 
 
 @dataclass
@@ -153,25 +156,52 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
 
 
 class GroupedExperts(nn.Module):
-    """E SwiGLU experts as 3-D weights [experts, out, in]; tokens arrive sorted by expert."""
+    """E SwiGLU experts as 3-D weights [experts, out, in].
+
+    w13 [E, 2*hidden, dim] holds the gate (w1, rows [0, hidden)) and up (w3, rows [hidden, 2*hidden))
+    projections of every expert: ONE grouped GEMM reads the tokens once for both. w2 [E, dim, hidden].
+    `forward(x_sorted, offs)` runs tokens already sorted by expert; `routed(x, weights, plan)` is the whole
+    expert path of an MoE layer (permute -> experts -> weighted unpermute), the unit the float8 layer swaps
+    for its fused version.
+    """
 
     mm = staticmethod(grouped_mm)  # the float8 layer swaps this attribute on an instance
 
     def __init__(self, dim: int, hidden_dim: int, num_experts: int):
         super().__init__()
         self.dim, self.hidden_dim, self.num_experts = dim, hidden_dim, num_experts
-        self.w1 = nn.Parameter(torch.empty(num_experts, hidden_dim, dim))
+        self.w13 = nn.Parameter(torch.empty(num_experts, 2 * hidden_dim, dim))
         self.w2 = nn.Parameter(torch.empty(num_experts, dim, hidden_dim))
-        self.w3 = nn.Parameter(torch.empty(num_experts, hidden_dim, dim))
+        self._register_load_state_dict_pre_hook(_fuse_w1_w3_on_load)
 
     def forward(self, x_sorted: Tensor, offs: Tensor) -> Tensor:
-        h = F.silu(self.mm(x_sorted, self.w1, offs)) * self.mm(x_sorted, self.w3, offs)
-        return self.mm(h, self.w2, offs)
+        h1, h3 = self.mm(x_sorted, self.w13, offs).chunk(2, dim=-1)
+        return self.mm(F.silu(h1) * h3, self.w2, offs)
+
+    def routed(self, x: Tensor, weights: Tensor, plan: "DispatchPlan") -> Tensor:
+        """x [N, D], router weights [N, k] -> sum over each token's k experts of weight * expert(x)."""
+        n, k = weights.shape
+        with record_function("moe.permute"):
+            x_buf = _Permute.apply(x, plan.src, plan.pos, k)
+        with record_function("moe.experts"):
+            y_buf = self(x_buf, plan.offs)
+        with record_function("moe.unpermute"):
+            # each token's k outputs, summed in slot order with its router weights (fp32 sum)
+            y_pairs = y_buf.index_select(0, plan.pos).view(n, k, self.dim)
+            return (y_pairs.to(weights.dtype) * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
 
     def init_weights(self, std: float):
-        nn.init.trunc_normal_(self.w1, mean=0.0, std=0.02)
+        with torch.no_grad():
+            nn.init.trunc_normal_(self.w13[:, :self.hidden_dim], mean=0.0, std=0.02)  # w1 (gate)
+            nn.init.trunc_normal_(self.w13[:, self.hidden_dim:], mean=0.0, std=std)  # w3 (up)
         nn.init.trunc_normal_(self.w2, mean=0.0, std=std)
-        nn.init.trunc_normal_(self.w3, mean=0.0, std=std)
+
+
+def _fuse_w1_w3_on_load(state_dict, prefix, *args):
+    """Plain state dicts saved before w1 and w3 were fused load into w13."""
+    w1, w3 = state_dict.get(prefix + "w1"), state_dict.get(prefix + "w3")
+    if w1 is not None and w3 is not None and prefix + "w13" not in state_dict:
+        state_dict[prefix + "w13"] = torch.cat([state_dict.pop(prefix + "w1"), state_dict.pop(prefix + "w3")], dim=1)
 
 
 class FeedForward(nn.Module):
@@ -245,12 +275,19 @@ def padded_buffer_rows(num_pairs: int, num_experts: int, align: int) -> int:
     return (num_pairs + num_experts * (align - 1) + align - 1) // align * align
 
 
-def dispatch_plan(experts: Tensor, num_experts: int, align: int):
+class DispatchPlan(NamedTuple):
+    """Where every (token, slot) pair goes in the expert buffer of P rows (see dispatch_plan)."""
+    src: Tensor     # [P] int64: the token (row of x) each buffer row holds; N = a zero padding row
+    pos: Tensor     # [N*k] int64: the buffer row of each (token, slot) pair
+    offs: Tensor    # [E] int32: cumulative group ends, offs[-1] == P
+    counts: Tensor  # [E] int64: unpadded tokens per expert
+
+
+def dispatch_plan(experts: Tensor, num_experts: int, align: int) -> DispatchPlan:
     """Where every (token, slot) pair goes in the expert buffer. All on device, no host sync.
 
-    experts [N, k] int64 -> (src [P] rows of x for each buffer row (N = zero padding row),
-    pos [N*k] buffer row of each (token, slot) pair, offs int32 [E] cumulative group ends with
-    offs[-1] == P, counts int64 [E] unpadded tokens per expert).
+    experts [N, k] int64 -> DispatchPlan(src, pos, offs, counts); each expert's group is padded to a
+    multiple of `align` rows.
     """
     n, k = experts.shape
     flat = experts.reshape(-1)
@@ -274,7 +311,7 @@ def dispatch_plan(experts: Tensor, num_experts: int, align: int):
     token = torch.div(order, k, rounding_mode="floor")
     src = torch.full((num_rows,), n, device=flat.device, dtype=torch.int64).index_put((dest,), token)
     pos = torch.empty_like(dest).index_put((order,), dest)
-    return src, pos, offs, counts
+    return DispatchPlan(src, pos, offs, counts)
 
 
 class _Permute(torch.autograd.Function):
@@ -338,28 +375,21 @@ class MoE(nn.Module):
             raise ValueError(f"MoE: expected x [B, S, {self.dim}], got {tuple(x.shape)}")
         shape = x.shape
         xf = x.reshape(-1, self.dim)
-        n, k = xf.shape[0], self.top_k
+        n = xf.shape[0]
 
         with record_function("moe.route"):
             weights, experts, scores = self.router(xf)
-        with record_function("moe.permute"):
-            with torch.no_grad():
-                src, pos, offs, counts = dispatch_plan(experts, self.num_experts, self.token_group_align)
-            x_buf = _Permute.apply(xf, src, pos, k)
-        with record_function("moe.experts"):
-            y_buf = self.experts(x_buf, offs)
-        with record_function("moe.unpermute"):
-            # each token's k outputs, summed in slot order with its router weights (fp32 sum)
-            y_pairs = y_buf.index_select(0, pos).view(n, k, self.dim)
-            y = (y_pairs.to(weights.dtype) * weights.unsqueeze(-1)).sum(dim=1).to(x.dtype)
+        with torch.no_grad():
+            plan = dispatch_plan(experts, self.num_experts, self.token_group_align)
+        y = self.experts.routed(xf, weights, plan)
         if self.shared_expert is not None:
             y = y + self.shared_expert(xf)
 
-        self.tokens_per_expert = counts
-        self.aux_loss = self._aux_loss(scores, counts, n)
+        self.tokens_per_expert = plan.counts
+        self.aux_loss = self._aux_loss(scores, plan.counts, n)
         if self.args.load_balance == "aux_free" and self.training:
             with torch.no_grad():
-                self.load_since_update.add_(counts)
+                self.load_since_update.add_(plan.counts)
         return y.view(shape)
 
     def _aux_loss(self, scores: Tensor, counts: Tensor, n: int) -> Tensor:
