@@ -59,37 +59,39 @@ _RN = tl.constexpr(not _INTERPRET)  # inline PTX *.rn.f32 when compiled
 
 
 # ----------------------------------------------------------------------------------------- rounded ops
+_MUL = tl.constexpr("mul.rn.f32 $0, $1, $2;")
+_ADD = tl.constexpr("add.rn.f32 $0, $1, $2;")
+_DIV = tl.constexpr("div.rn.f32 $0, $1, $2;")
+
+
 @triton.jit
-def _mul(a, b):
+def _rounded(a, b, ASM: tl.constexpr):
+    """One correctly rounded fp32 op (see the module docstring): inline PTX when compiled, numpy when interpreted."""
     a, b = tl.broadcast(a, b)
     if _RN:
-        r = tl.inline_asm_elementwise("mul.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32, is_pure=True,
-                                     pack=1)
-    else:
+        r = tl.inline_asm_elementwise(ASM, "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+    elif ASM == _MUL:
         r = a * b
+    elif ASM == _ADD:
+        r = a + b
+    else:
+        r = a / b
     return r
+
+
+@triton.jit
+def _mul(a, b):
+    return _rounded(a, b, _MUL)
 
 
 @triton.jit
 def _add(a, b):
-    a, b = tl.broadcast(a, b)
-    if _RN:
-        r = tl.inline_asm_elementwise("add.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32, is_pure=True,
-                                     pack=1)
-    else:
-        r = a + b
-    return r
+    return _rounded(a, b, _ADD)
 
 
 @triton.jit
 def _div(a, b):
-    a, b = tl.broadcast(a, b)
-    if _RN:
-        r = tl.inline_asm_elementwise("div.rn.f32 $0, $1, $2;", "=f,f,f", [a, b], dtype=tl.float32, is_pure=True,
-                                     pack=1)
-    else:
-        r = a / b
-    return r
+    return _rounded(a, b, _DIV)
 
 
 @triton.jit
