@@ -36,8 +36,8 @@ mat_a [M, K_total], scale_b [G * N] for mat_b [K_total, N], group-major (index g
 moe_training writes (triton_fp8_per_group_colwise_scales). One scale per feature over all tokens would have to be
 repeated G times anyway and loses range per expert. So xts / dyts / ats / dts are fp32 [E, C]; pass
 `(1 / scale).reshape(-1)`. Since a group's scale needs that group's amax before any byte is written, the
-fp8_rowwise token-major copy costs a second read of the inputs (kernel 1: row copy + per-group column amax;
-kernel 2: token-major copy), where mxfp8 does both from one read.
+fp8_rowwise op reads its inputs twice (pass 1: row and per-group column amax; pass 2: both copies), where mxfp8
+writes both copies from one read.
 
 backend: "auto" = Triton on CUDA tensors, reference elsewhere; "reference" = plain PyTorch (any device);
 "triton" = the kernels (CPU only under TRITON_INTERPRET=1; otherwise an error, never a silent fallback).

@@ -9,13 +9,13 @@ One prologue (_values) makes the fp32 tile a kernel quantizes, by MODE:
 and two ways to quantize it:
   _mx_kernel        mxfp8, ONE pass: a BM x BD tile -> row copy (blocks of `block` along the features) AND the
                     token-major copy (blocks of `block` tokens, stored transposed [C, P]; its scales [P/32, C]).
-  _f8_rows_kernel   fp8_rowwise rows: whole rows per iteration (scale per row), persistent programs; also the
-                    per-(expert group, column) amax of the token-major copy: a running column max per program,
-                    flushed with one int32 atomic max per column whenever the group changes (max is order-free:
-                    deterministic).
-  _f8_cols_kernel   fp8_rowwise token-major copy: a second read of the inputs once the group scales are known
-                    (a per-group column scale needs the whole group's amax first; holding a group on chip does
-                    not fit), stored transposed [C, P].
+  _f8_amax_kernel   fp8_rowwise pass 1 over BM x BD tiles: the row amax and the per-(expert group, column) amax,
+                    by relaxed int32 atomic max on the magnitude bits (max is order-free: deterministic).
+  _f8_quant_kernel  fp8_rowwise pass 2, same tiles: the row copy and the token-major copy (stored transposed
+                    [C, P]) with the now known scales. A per-row or per-group scale needs its amax before any byte
+                    is written and a row / group does not fit on chip, so fp8_rowwise reads its inputs twice
+                    (a first version held whole rows in registers, one row per iteration: 230 registers, one
+                    program per SM, 11-25% of copy on H100).
 The quantization arithmetic is kernels/mxfp8/triton.py's (_encode, _exponent_from_amax_bits, ...) and
 kernels/float8_cast/triton.py's (_pow2_scale); nothing is re-derived here.
 
@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from kernels.float8_cast.reference import E4M3, amax_to_scale
-from kernels.float8_cast.triton import _pow2_scale, _sm_count
+from kernels.float8_cast.triton import _pow2_scale
 from kernels.grouped_gemm.triton_mx import _fix_interpreter_scalar_index
 from kernels.mxfp8.triton import (
     _INTERPRET,
@@ -50,7 +50,6 @@ from .reference import EXP2_COEFFS, EXP2_HI, EXP2_LO, NEG_LOG2E
 if _INTERPRET:
     _fix_interpreter_scalar_index()  # run-time loop bounds (persistent row kernel)
 
-MAX_ROW = 16384  # widest fp8_rowwise row one program holds (elements)
 _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7 = (tl.constexpr(c) for c in EXP2_COEFFS)
 _NEG_LOG2E = tl.constexpr(NEG_LOG2E)
 _LO = tl.constexpr(EXP2_LO)
@@ -224,57 +223,52 @@ def _group_of(offs_ptr, E, rows, E_PAD: tl.constexpr):
 
 
 @triton.jit
-def _f8_rows_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, amax_ptr, dot_ptr, offs_ptr, N, P, C, H, E,
-                    n_iters, MODE: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, E_PAD: tl.constexpr,
-                    HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
-    # One row per iteration, rows pid, pid + programs, ...: q [P, C] e4m3, s [P] fp32, dot [1, P] (MODE 1),
-    # amax int32 [E + 1, C]: bits of max |value| (NaN as inf) per (group, column), row E for rows past offs[-1].
-    pid = tl.program_id(0)
-    n_prog = tl.num_programs(0)
-    cols = tl.arange(0, BC)
+def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot_ptr, offs_ptr, N, P, C, H, E,
+                    MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, E_PAD: tl.constexpr,
+                    IS_BF16: tl.constexpr):
+    # fp8_rowwise pass 1 over BM x BD tiles: int32 bits of max |value| (NaN as inf) per row (ramax [P]) and per
+    # (expert group, column) (gamax [E + 1, C]; row E: rows past offs[-1]), by relaxed atomic max (order-free:
+    # deterministic); dot [C/BD, P] partial dots (MODE 1).
+    pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
+    rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
+    cols = pid_d * BD + tl.arange(0, BD)
+    rmask = rows < P
     cmask = cols < C
-    cur = pid * 0 - 1
-    cmax = tl.zeros([BC], dtype=tl.int32)
-    for i in range(n_iters):
-        row = pid + i * n_prog
-        rows = row.to(tl.int64) + tl.arange(0, 1)
-        rmask = rows < P
-        v, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True,
-                         IS_BF16)
-        ab = tl.minimum(v.to(tl.int32, bitcast=True) & 0x7FFFFFFF, 0x7F800000)  # |v| bits, NaN -> inf
-        scale = _pow2_scale(tl.max(ab, 1).to(tl.float32, bitcast=True))
-        code = _encode(v * scale[:, None], (scale != scale)[:, None], HW_CAST)
-        tl.store(q_ptr + rows[:, None] * C + cols[None, :], code, mask=rmask[:, None] & cmask[None, :])
-        tl.store(s_ptr + rows, scale, mask=rmask)
-        if MODE == 1:
-            tl.store(dot_ptr + rows, dot, mask=rmask)
-        g = tl.max(_group_of(offs_ptr, E, rows, E_PAD), 0)
-        flush = g != cur
-        tl.atomic_max(amax_ptr + tl.maximum(cur, 0) * C + cols, cmax, mask=cmask & flush & (cur >= 0))
-        cmax = tl.where(flush, 0, cmax)
-        cur = g
-        cmax = tl.maximum(cmax, tl.max(ab, 0))
-    tl.atomic_max(amax_ptr + tl.maximum(cur, 0) * C + cols, cmax, mask=cmask & (cur >= 0))
+    v, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16)
+    if MODE == 1:
+        tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
+    ab = tl.minimum(v.to(tl.int32, bitcast=True) & 0x7FFFFFFF, 0x7F800000)
+    tl.atomic_max(ramax_ptr + rows, tl.max(ab, 1), mask=rmask, sem="relaxed")
+    g = _group_of(offs_ptr, E, rows, E_PAD)
+    g0 = tl.min(tl.where(rmask, g, E), 0)
+    g1 = tl.max(tl.where(rmask, g, 0), 0)
+    for gg in range(g0, g1 + 1):  # usually one group per tile; any group boundaries work
+        cm = tl.max(tl.where((g == gg)[:, None], ab, 0), 0)
+        tl.atomic_max(gamax_ptr + gg * C + cols, cm, mask=cmask, sem="relaxed")
 
 
 @triton.jit
-def _f8_cols_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qc_ptr, scale_ptr, offs_ptr, N, P, C, H, E,
-                    MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, E_PAD: tl.constexpr,
-                    HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
-    # qc [C, P] e4m3: value[r, c] * scale[group(r), c] (scale fp32 [E, C]); zero bytes for rows past offs[-1]
+def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, ramax_ptr, scale_ptr, offs_ptr, N, P,
+                     C, H, E, MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
+                     E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+    # fp8_rowwise pass 2: q [P, C] with the row scales from ramax (s [P], stored by the first column tile) and
+    # qc [C, P] with scale[group(r), c] (scale fp32 [E, C]; zero bytes for rows past offs[-1]).
     pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
     rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
     cols = pid_d * BD + tl.arange(0, BD)
     rmask = rows < P
     cmask = cols < C
     v, _ = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, False, IS_BF16)
+    rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0).to(tl.float32, bitcast=True))
+    code = _encode(v * rs[:, None], (rs != rs)[:, None], HW_CAST)
+    tl.store(q_ptr + rows[:, None] * C + cols[None, :], code, mask=rmask[:, None] & cmask[None, :])
+    tl.store(s_ptr + rows, rs, mask=rmask & (pid_d == 0))
     g = _group_of(offs_ptr, E, rows, E_PAD)
-    in_group = g < E
     sc = tl.load(scale_ptr + tl.minimum(g, E - 1)[:, None] * C + cols[None, :], mask=rmask[:, None] & cmask[None, :],
                  other=0.0)
-    code = _encode(v * sc, sc != sc, HW_CAST)
-    code = tl.where(in_group[:, None], code, 0).to(tl.uint8)
-    tl.store(qc_ptr + cols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(code),
+    ct = _encode(v * sc, sc != sc, HW_CAST)
+    ct = tl.where((g < E)[:, None], ct, 0).to(tl.uint8)
+    tl.store(qc_ptr + cols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(ct),
              mask=cmask[:, None] & rmask[None, :])
 
 
@@ -305,13 +299,16 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 
 
 # ----------------------------------------------------------------------------------------- launchers
-# Fixed launch configs (traceable by torch.compile as triton ops). mxfp8: the tile of
-# kernels/mxfp8/triton.py's best row+col config on H100/H200 (32 x 128, 2 warps) for block 32; one 128 x 128
-# tile (8 warps, as kernels/grouped_gemm/quant_triton.py) for block 128.
-_MX_CONFIGS = {32: (32, 128, 2), 128: (128, 128, 8)}  # block -> (BM, BD, num_warps)
+# Fixed launch configs (block / mode -> BM, BD, num_warps), from ptxas -v for sm_90a (offline) and the first H100
+# run: mxfp8 block 32 MODE 0/1 keep kernels/mxfp8/triton.py's best row+col tile (32 x 128, 2 warps: 109% / 94% of
+# copy although ptxas reports small spills); SwiGLU modes take 32 x 64 / 4 warps (no spills; 32 x 128 / 2 warps
+# spilled up to 1.7 KB). Block 128 needs 128 x 128 tiles (scale runs along both axes); MODE 1 (spilled 4.8 KB at
+# 8 warps, 69% of copy) and MODE 3 take 16 warps. fp8_rowwise: 32 x 64 / 4 warps, no spills.
+_MX_CONFIGS = {(32, 0): (32, 128, 2), (32, 1): (32, 128, 2), (32, 2): (32, 64, 4), (32, 3): (32, 64, 4),
+               (128, 0): (128, 128, 8), (128, 1): (128, 128, 16), (128, 2): (128, 128, 8), (128, 3): (128, 128, 16)}
 _MX_INTERP = {32: (32, 32, 4), 128: (128, 128, 4)}
-_F8_COLS = (64, 128, 4)  # BM, BD, num_warps (float8_cast's transposing cast)
-_F8_COLS_INTERP = (16, 32, 4)
+_F8_CONFIGS = {0: (32, 64, 4), 1: (32, 64, 4), 2: (32, 64, 4), 3: (32, 64, 4)}
+_F8_INTERP = (16, 32, 4)
 _COMBINE = (4, 512, 4)  # BN, BD, num_warps
 _COMBINE_INTERP = (4, 32, 4)
 
@@ -339,7 +336,7 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     u8, f32, f8 = torch.uint8, torch.float32, torch.float8_e4m3fn
     want_dot = mode == 1
     if recipe == "mxfp8":
-        bm, bd, warps = (_MX_INTERP if _INTERPRET else _MX_CONFIGS)[block]
+        bm, bd, warps = _MX_INTERP[block] if _INTERPRET else _MX_CONFIGS[block, mode]
         n_d = triton.cdiv(C, bd)
         q = torch.empty((P, C), dtype=u8, device=dev)
         s = torch.empty((P, C // 32), dtype=u8, device=dev)
@@ -351,29 +348,25 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
             _mx_kernel[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode, K=K,
                                           QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
-    # fp8_rowwise
-    if C > MAX_ROW:
-        raise ValueError(f"{who}: rows of {C} features; the fp8_rowwise kernel holds at most {MAX_ROW} per program")
+    # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]
     q = torch.empty((P, C), dtype=u8, device=dev)
     s = torch.empty((P,), dtype=f32, device=dev)
-    amax = torch.zeros((E + 1, C), dtype=torch.int32, device=dev)
-    dots = torch.empty((1, P), dtype=f32, device=dev) if want_dot else None
     qt = torch.empty((C, P), dtype=u8, device=dev)
+    ramax = torch.zeros((P,), dtype=torch.int32, device=dev)
+    gamax = torch.zeros((E + 1, C), dtype=torch.int32, device=dev)
+    bm, bd, warps = _F8_INTERP if _INTERPRET else _F8_CONFIGS[mode]
+    n_d = triton.cdiv(C, bd)
+    dots = torch.empty((n_d, P), dtype=f32, device=dev) if want_dot else None
     e_pad = triton.next_power_of_2(max(E, 2))
+    grid = (triton.cdiv(P, bm) * n_d,)
     if P and C:
-        bc = triton.next_power_of_2(max(C, 16))
-        warps = min(16, max(4, bc // 1024))
-        programs = min(P, 4 * _sm_count(dev))
-        _f8_rows_kernel[(programs,)](*args, q, s, amax, dots if want_dot else s, offs, N, P, C, H, E,
-                                                  triton.cdiv(P, programs), MODE=mode, K=K, BC=bc, E_PAD=e_pad,
-                                                  HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
-    scale = amax_to_scale(amax[:E].view(f32), E4M3, round_to_pow2=True)  # [E, C]
+        _f8_amax_kernel[grid](*args, ramax, gamax, dots if want_dot else s, offs, N, P, C, H, E, MODE=mode, K=K,
+                              BM=bm, BD=bd, E_PAD=e_pad, IS_BF16=is_bf16, num_warps=warps)
+    scale = amax_to_scale(gamax[:E].view(f32), E4M3, round_to_pow2=True)  # [E, C]
     if P and C:
-        bm, bd, warps = _F8_COLS_INTERP if _INTERPRET else _F8_COLS
-        grid = (triton.cdiv(P, bm) * triton.cdiv(C, bd),)
-        _f8_cols_kernel[grid](*args, qt, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=bm, BD=bd,
-                                           E_PAD=e_pad, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
+        _f8_quant_kernel[grid](*args, q, s, qt, ramax, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=bm, BD=bd,
+                               E_PAD=e_pad, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
     return q.view(f8), s, qt.view(f8), scale, dots
 
 

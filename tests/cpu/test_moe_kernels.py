@@ -323,3 +323,15 @@ def test_bad_input_is_named():
         km.swiglu_quantize_backward(y[:, :16], y, plan.offs, "mxfp8", 32)
     with pytest.raises(ValueError, match="must be even"):
         km.swiglu_quantize(y[:, :63], plan.offs, "mxfp8", 32)
+
+
+def test_fp8_rowwise_groups_not_aligned_to_tiles():
+    """fp8_rowwise takes any group boundaries: tiles that straddle several groups (align 4 < the 16-row tile)."""
+    plan = plan_for("uneven", 20, 2, 5, 4, seed=21)
+    assert bool((plan.offs % 16 != 0).any())
+    x = special(20, 64, torch.bfloat16, seed=22)
+    for i, (g, w) in enumerate(zip(*both(km.dispatch_quantize, x, plan.src, plan.offs, "fp8_rowwise", 32))):
+        same(g, w, f"straddling dispatch out {i}")
+    x64 = torch.cat([x.double(), torch.zeros(1, 64, dtype=torch.float64)])[plan.src]
+    outs = km.dispatch_quantize(x, plan.src, plan.offs, "fp8_rowwise", 32, backend="reference")
+    check_quantized(x64, outs, plan.offs, "fp8_rowwise", 32, "straddling dispatch")
