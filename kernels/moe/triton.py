@@ -302,10 +302,12 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 # Fixed launch configs (block / mode -> BM, BD, num_warps), from ptxas -v for sm_90a (offline) and the first H100
 # run: mxfp8 block 32 MODE 0/1 keep kernels/mxfp8/triton.py's best row+col tile (32 x 128, 2 warps: 109% / 94% of
 # copy although ptxas reports small spills); SwiGLU modes take 32 x 64 / 4 warps (no spills; 32 x 128 / 2 warps
-# spilled up to 1.7 KB). Block 128 needs 128 x 128 tiles (scale runs along both axes); MODE 1 (spilled 4.8 KB at
-# 8 warps, 69% of copy) and MODE 3 take 16 warps. fp8_rowwise: 32 x 64 / 4 warps, no spills.
+# spilled up to 1.7 KB; +3-7% measured). Block 128 needs 128 x 128 tiles (scale runs along both axes): MODE 3 takes
+# 16 warps (0.765 -> 0.675 ms at dsv3_layer); MODE 1 stays at 8 warps (it spills 4.8 KB there, 69% of copy, but
+# 16 warps measured slower: 0.718 -> 0.788 ms). fp8_rowwise: 32 x 64 / 4 warps, no spills.
+# (H100 runs: benchmarks/results/moe_kernels-nvidia-h100-*-run{1,2}.json.)
 _MX_CONFIGS = {(32, 0): (32, 128, 2), (32, 1): (32, 128, 2), (32, 2): (32, 64, 4), (32, 3): (32, 64, 4),
-               (128, 0): (128, 128, 8), (128, 1): (128, 128, 16), (128, 2): (128, 128, 8), (128, 3): (128, 128, 16)}
+               (128, 0): (128, 128, 8), (128, 1): (128, 128, 8), (128, 2): (128, 128, 8), (128, 3): (128, 128, 16)}
 _MX_INTERP = {32: (32, 32, 4), 128: (128, 128, 4)}
 _F8_CONFIGS = {0: (32, 64, 4), 1: (32, 64, 4), 2: (32, 64, 4), 3: (32, 64, 4)}
 _F8_INTERP = (16, 32, 4)
