@@ -34,6 +34,7 @@ if "--smoke" in sys.argv or not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before any kernel is decorated
 
 import kernels.moe as km  # noqa: E402
+from benchmarks.cuda_timing import graph_ms  # noqa: E402
 from kernels.moe import reference as ref  # noqa: E402
 
 SHAPES = {"dsv3_layer": (16384, 7168, 2048, 8, 2), "llama_moe": (8192, 4096, 2816, 8, 2)}  # N, D, H, E, k
@@ -55,41 +56,21 @@ if ARGS.smoke:
     SHAPES = {"tiny": (24, 128, 128, 4, 2)}
 
 
-def graph_ms(fn, calls=10, replays=7):
-    """Median over replays of (one replay of a CUDA graph holding `calls` launches of fn) / calls."""
+def timed_ms(fn, calls=10):
+    """ms per call: benchmarks.cuda_timing.graph_ms (CUDA graph of `calls` launches); smoke: one wall-clock call."""
     fn()
-    if DEV == "cpu":  # smoke: one wall-clock call
+    if DEV == "cpu":
         t = time.perf_counter()
         fn()
         return (time.perf_counter() - t) * 1e3
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / calls)
-    del g
-    return sorted(times)[len(times) // 2]
+    return graph_ms(fn, calls)
 
 
 def copy_ms(nbytes):
     """The same byte count moved by a device-to-device copy (half read, half written)."""
     src = torch.empty(nbytes // 2, dtype=torch.uint8, device=DEV)
     dst = torch.empty_like(src)
-    return graph_ms(lambda: dst.copy_(src))
+    return timed_ms(lambda: dst.copy_(src))
 
 
 def out_bytes(P, C, E, recipe):
@@ -171,7 +152,7 @@ def main():
                 P, runs = cases(shape, recipe, block, align)
                 for name, ours, reference, a, nbytes in runs:
                     if phase == "ours":
-                        ms = graph_ms(lambda f=ours, a=a: f(*a))
+                        ms = timed_ms(lambda f=ours, a=a: f(*a))
                         cms = copy_ms(nbytes)
                         rows.append(dict(shape=shape, op=name, recipe=recipe, block=block if recipe == "mxfp8" else None,
                                          P=P, bytes=nbytes, ours_ms=round(ms, 4),
@@ -185,7 +166,7 @@ def main():
                         else:
                             try:
                                 cf = torch.compile(reference)
-                                rms = graph_ms(lambda cf=cf, a=a: cf(*a))
+                                rms = timed_ms(lambda cf=cf, a=a: cf(*a))
                                 row.update(ref_compiled_ms=round(rms, 4), speedup_vs_ref=round(rms / row["ours_ms"], 2))
                             except Exception as e:  # a peer that fails keeps the row, with the reason
                                 row["ref_error"] = f"{type(e).__name__}: {str(e)[:200]}"

@@ -52,6 +52,7 @@ import triton  # noqa: E402
 import kernels.mxfp8 as mx  # noqa: E402
 from kernels.mxfp8 import reference as ref  # noqa: E402
 from kernels.mxfp8 import triton as tk  # noqa: E402
+from benchmarks.cuda_timing import graph_ms  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 ROWS = []
@@ -75,32 +76,6 @@ def timed(fn):
     except Exception as e:  # a peer that cannot be captured keeps its eager number
         torch.cuda.synchronize()
         return eager, f"graph capture failed: {type(e).__name__}: {str(e)[:200]}"
-
-
-def graph_ms(fn, calls, replays=7):
-    """Median over `replays` of (one replay of a graph holding `calls` launches of fn) / calls."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up on a side stream, as torch.cuda.graphs asks
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    del g
-    torch.cuda.synchronize()
-    return sorted(times)[len(times) // 2]
 
 
 def record(name, fn, nbytes, copy_tbps=None, note=""):
