@@ -15,6 +15,9 @@ scale block along both axes; ignored by fp8_rowwise).
       0 on padding rows, written quantized for w2's dgrad (rows) and wgrad (token-major);
       dweights[t, j] = <dout[t], y[pos[t*k + j]]> (fp32; deterministic, summation order the kernel's).
   swiglu_quantize(h13 [P, 2H], offs, recipe, block) -> (aq [P, H], as, atq [H, P], ats)      a = silu(h1) * h3
+  dispatch_quantize and swiglu_quantize take col_tile=128 (mxfp8): the token-major copy then shares one scale per
+      `block` tokens x 128 features (kernels.grouped_gemm.quant.to_mxfp8_blocked(v.t(), -1, block, 128)), what the
+      weight-tiled wgrad (a_tile=128) reads for its second operand; default 1 (1 x block along tokens).
   swiglu_quantize_backward(da [P, H], h13 [P, 2H], offs, recipe, block) -> (dq [P, 2H], ds, dtq [2H, P], dts)
       [dh1 | dh3]: dh1 = da * h3 * silu'(h1), dh3 = da * silu(h1), quantized for dgrad (rows) and wgrad.
 
@@ -117,6 +120,15 @@ def _check_recipe(who, recipe, block, P, C, C_name):
                        f"blocks of {block} tokens; pad the groups to token_group_align >= {block})")
 
 
+def _check_col_tile(who, col_tile, recipe, C, C_name):
+    if col_tile not in (1, 128):
+        _fail(who, f"col_tile={col_tile!r}; allowed: 1, 128")
+    if col_tile > 1 and recipe != "mxfp8":
+        _fail(who, f"col_tile={col_tile} applies to mxfp8 only (recipe={recipe!r})")
+    if col_tile > 1 and C % col_tile:
+        _fail(who, f"{C_name} = {C} is not a multiple of col_tile={col_tile}")
+
+
 def _same_device(who, *ts):
     devs = {t.device for t in ts}
     if len(devs) > 1:
@@ -131,11 +143,11 @@ def _check_offs(who, offs):
 
 # ------------------------------------------------------------------------------------------ triton ops
 @torch.library.custom_op("titan_fp8::moe_dispatch_quantize", mutates_args=())
-def _dispatch_op(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int) -> tuple[Tensor, Tensor, Tensor,
-                                                                                          Tensor]:
+def _dispatch_op(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int,
+                 col_tile: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     (N, D), P = x.shape, src.shape[0]
     q, s, qt, st, _ = _triton().quantize_values(0, x, src, N=N, P=P, C=D, H=0, K=1, offs=offs, recipe=recipe,
-                                                block=block, who="dispatch_quantize")
+                                                block=block, who="dispatch_quantize", col_tile=col_tile)
     return q, s, qt, st
 
 
@@ -155,10 +167,11 @@ def _combine_backward_op(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, 
 
 
 @torch.library.custom_op("titan_fp8::moe_swiglu_quantize", mutates_args=())
-def _swiglu_op(h13: Tensor, offs: Tensor, recipe: str, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _swiglu_op(h13: Tensor, offs: Tensor, recipe: str, block: int,
+               col_tile: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     P, H = h13.shape[0], h13.shape[1] // 2
     q, s, qt, st, _ = _triton().quantize_values(2, h13, N=0, P=P, C=H, H=H, K=1, offs=offs, recipe=recipe,
-                                                block=block, who="swiglu_quantize")
+                                                block=block, who="swiglu_quantize", col_tile=col_tile)
     return q, s, qt, st
 
 
@@ -183,7 +196,7 @@ def _fake_quantized(ref_t: Tensor, P: int, C: int, E: int, recipe: str):
 
 
 @_dispatch_op.register_fake
-def _(x, src, offs, recipe, block):
+def _(x, src, offs, recipe, block, col_tile):
     return _fake_quantized(x, src.shape[0], x.shape[1], offs.shape[0], recipe)
 
 
@@ -199,7 +212,7 @@ def _(dout, y, pos, weights, src, offs, recipe, block):
 
 
 @_swiglu_op.register_fake
-def _(h13, offs, recipe, block):
+def _(h13, offs, recipe, block, col_tile):
     return _fake_quantized(h13, h13.shape[0], h13.shape[1] // 2, offs.shape[0], recipe)
 
 
@@ -209,7 +222,8 @@ def _(da, h13, offs, recipe, block):
 
 
 # ------------------------------------------------------------------------------------------ public API
-def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int = 32, backend: str = "auto"):
+def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int = 32, backend: str = "auto",
+                      col_tile: int = 1):
     """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts); see the module docstring."""
     who = "dispatch_quantize"
     _check_float(who, "x", x)
@@ -217,10 +231,11 @@ def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: 
     _check_offs(who, offs)
     _same_device(who, x, src, offs)
     _check_recipe(who, recipe, block, src.shape[0], x.shape[1], "x.shape[1] (D)")
+    _check_col_tile(who, col_tile, recipe, x.shape[1], "x.shape[1] (D)")
     with torch.no_grad():
         if _use_triton(x, backend):
-            return _dispatch_op(x.contiguous(), src.contiguous(), offs.contiguous(), recipe, int(block))
-        return dispatch_quantize_reference(x, src, offs, recipe, block)
+            return _dispatch_op(x.contiguous(), src.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
+        return dispatch_quantize_reference(x, src, offs, recipe, block, col_tile)
 
 
 def _check_combine(who, y, pos, weights, D=None):
@@ -271,17 +286,19 @@ def _check_h13(who, h13):
         _fail(who, f"h13 is {tuple(h13.shape)}: its last dim (2H, gate | up) must be even")
 
 
-def swiglu_quantize(h13: Tensor, offs: Tensor, recipe: str, block: int = 32, backend: str = "auto"):
+def swiglu_quantize(h13: Tensor, offs: Tensor, recipe: str, block: int = 32, backend: str = "auto",
+                    col_tile: int = 1):
     """h13 [P, 2H] -> (aq [P, H], as, atq [H, P], ats) for a = silu(h1) * h3; see the module docstring."""
     who = "swiglu_quantize"
     _check_h13(who, h13)
     _check_offs(who, offs)
     _same_device(who, h13, offs)
     _check_recipe(who, recipe, block, h13.shape[0], h13.shape[1] // 2, "H = h13.shape[1] / 2")
+    _check_col_tile(who, col_tile, recipe, h13.shape[1] // 2, "H = h13.shape[1] / 2")
     with torch.no_grad():
         if _use_triton(h13, backend):
-            return _swiglu_op(h13.contiguous(), offs.contiguous(), recipe, int(block))
-        return swiglu_quantize_reference(h13, offs, recipe, block)
+            return _swiglu_op(h13.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
+        return swiglu_quantize_reference(h13, offs, recipe, block, col_tile)
 
 
 def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, recipe: str, block: int = 32,

@@ -57,11 +57,12 @@ def quantize_rows(v: torch.Tensor, recipe: str, block: int):
     return to_float8(v, scale[:, None], E4M3), scale
 
 
-def quantize_token_major(v: torch.Tensor, offs: torch.Tensor, recipe: str, block: int):
-    """v fp32 [P, C] -> (data e4m3 [C, P], scale) along the token axis (module docstring)."""
+def quantize_token_major(v: torch.Tensor, offs: torch.Tensor, recipe: str, block: int, col_tile: int = 1):
+    """v fp32 [P, C] -> (data e4m3 [C, P], scale) along the token axis (module docstring). mxfp8 col_tile=128:
+    one scale per `block` tokens x 128 features (what the weight-tiled wgrad kernels declare as a_tile=128)."""
     P, C = v.shape
     if recipe == "mxfp8":
-        data, scale = to_mxfp8_blocked(v.t(), -1, block, 1)  # [C, P], [C, P/32]
+        data, scale = to_mxfp8_blocked(v.t(), -1, block, col_tile)  # [C, P], [C, P/32]
         return data, scale.t().contiguous().t()
     E = offs.shape[0]
     g = row_group(offs, P)
@@ -76,8 +77,8 @@ def quantize_token_major(v: torch.Tensor, offs: torch.Tensor, recipe: str, block
     return data.t().contiguous().view(E4M3), scale
 
 
-def quantize_both(v, offs, recipe, block):
-    return (*quantize_rows(v, recipe, block), *quantize_token_major(v, offs, recipe, block))
+def quantize_both(v, offs, recipe, block, col_tile=1):
+    return (*quantize_rows(v, recipe, block), *quantize_token_major(v, offs, recipe, block, col_tile))
 
 
 # ----------------------------------------------------------------------------------------------- SwiGLU
@@ -127,9 +128,9 @@ def gather_rows(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return torch.where((src < n)[:, None], v, torch.zeros_like(v))
 
 
-def dispatch_quantize_reference(x, src, offs, recipe, block):
+def dispatch_quantize_reference(x, src, offs, recipe, block, col_tile=1):
     """(xq [P, D], xs, xtq [D, P], xts): x's rows gathered into expert order (src == N -> zero row), quantized."""
-    return quantize_both(gather_rows(x, src), offs, recipe, block)
+    return quantize_both(gather_rows(x, src), offs, recipe, block, col_tile)
 
 
 def combine_reference(y, pos, weights):
@@ -168,9 +169,9 @@ def combine_backward_reference(dout, y, pos, weights, src, offs, recipe, block):
     return (*quantize_both(v, offs, recipe, block), dw)
 
 
-def swiglu_quantize_reference(h13, offs, recipe, block):
+def swiglu_quantize_reference(h13, offs, recipe, block, col_tile=1):
     """(aq [P, H], as, atq [H, P], ats) for a = silu(h1) * h3."""
-    return quantize_both(swiglu_values(h13), offs, recipe, block)
+    return quantize_both(swiglu_values(h13), offs, recipe, block, col_tile)
 
 
 def swiglu_quantize_backward_reference(da, h13, offs, recipe, block):

@@ -179,8 +179,9 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
 @triton.jit
 def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
                MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
-               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
-    # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128)
+               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1):
+    # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
+    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features
     pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
     rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
     cols = pid_d * BD + tl.arange(0, BD)
@@ -203,6 +204,8 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     # token-major: blocks of QB tokens, stored transposed
     xc = tl.reshape(v, [BM // QB, QB, BD])
     ac = _amax_bits(xc, 1)
+    if COL_TILE > 1:
+        ac = tl.broadcast_to(tl.max(ac, axis=1)[:, None], [BM // QB, BD])
     ec = _exponent_from_amax_bits(ac)
     cc = _encode(xc * _multiplier(ac, ec, HW_CAST)[:, None, :], (ac >= 0x7F800000)[:, None, :], HW_CAST)
     cc = tl.reshape(cc, [BM, BD])
@@ -322,7 +325,7 @@ def _check_device(t, who):
 
 
 def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, offs, recipe, block, who,
-                    hw_cast=None):
+                    hw_cast=None, col_tile=1):
     """Make the MODE prologue's values (module docstring; a, b, c, d, e as _values reads them) and quantize them
     both ways. Returns (q [P, C], s, qt [C, P], st, dots) in reference.quantize_both's layouts; dots: the per-row
     partial dots <dout, y> [column tiles, P] for MODE 1, else None."""
@@ -339,6 +342,8 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     want_dot = mode == 1
     if recipe == "mxfp8":
         bm, bd, warps = _MX_INTERP[block] if _INTERPRET else _MX_CONFIGS[block, mode]
+        if col_tile > 1:  # the tile spans the 128 features of a scale
+            bm, bd, warps = (bm, 128, warps) if bd == 128 else ((32, 128, 2) if block == 32 else (128, 128, 8))
         n_d = triton.cdiv(C, bd)
         q = torch.empty((P, C), dtype=u8, device=dev)
         s = torch.empty((P, C // 32), dtype=u8, device=dev)
@@ -348,7 +353,8 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
         if P and C:
             grid = (triton.cdiv(P, bm) * n_d,)
             _mx_kernel[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode, K=K,
-                                          QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
+                             QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16, COL_TILE=col_tile,
+                             num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]

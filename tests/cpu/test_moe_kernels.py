@@ -261,16 +261,16 @@ def test_triton_ops_trace_under_compile():
     y, h13 = torch.randn(P, 64, dtype=torch.bfloat16), torch.randn(P, 64, dtype=torch.bfloat16)
     ops = torch.ops.titan_fp8
     xf = torch.randn(8, 64, dtype=torch.bfloat16)  # finite: opcheck compares outputs with ==, and NaN != NaN
-    checks = [(ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "mxfp8", 32)),
-              (ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "fp8_rowwise", 32)),
+    checks = [(ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "mxfp8", 32, 1)),
+              (ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "fp8_rowwise", 32, 1)),
               (ops.moe_combine_backward.default, (xf, y, plan.pos, torch.rand(8, 2), plan.src, plan.offs, "mxfp8", 32)),
-              (ops.moe_swiglu_quantize.default, (h13, plan.offs, "mxfp8", 32)),
+              (ops.moe_swiglu_quantize.default, (h13, plan.offs, "mxfp8", 32, 1)),
               (ops.moe_swiglu_quantize_backward.default, (h13[:, :32], h13, plan.offs, "mxfp8", 32))]
     for op, args in checks:
         # fake impl == real shapes/strides/dtypes, and the schema (the aot_dispatch checks take minutes in the
         # interpreter; the torch.compile runs below and in tests/gpu cover tracing)
         res = torch.library.opcheck(op, args, test_utils=("test_schema", "test_faketensor"))
-        assert all(v == "SUCCESS" for v in res.values()), (op, args[-2], res)
+        assert all(v == "SUCCESS" for v in res.values()), (op, res)
     res = torch.library.opcheck(ops.moe_combine.default, (y, plan.pos, torch.rand(8, 2)),
                                 test_utils=("test_schema", "test_faketensor"))
     assert all(v == "SUCCESS" for v in res.values()), res
@@ -335,3 +335,29 @@ def test_fp8_rowwise_groups_not_aligned_to_tiles():
     x64 = torch.cat([x.double(), torch.zeros(1, 64, dtype=torch.float64)])[plan.src]
     outs = km.dispatch_quantize(x, plan.src, plan.offs, "fp8_rowwise", 32, backend="reference")
     check_quantized(x64, outs, plan.offs, "fp8_rowwise", 32, "straddling dispatch")
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_col_tile_128_token_major_copy(block):
+    """col_tile=128: the token-major copy shares one scale per block tokens x 128 features (the weight-tiled wgrad's
+    operand); Triton == reference, and the reference is kernels.grouped_gemm.quant.to_mxfp8_blocked's rule."""
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    plan = plan_for("uneven", 12, 2, 4, block, seed=31)
+    x = special(12, 256, torch.bfloat16, seed=32)
+    got, want = both(lambda *a, backend: km.dispatch_quantize(*a, backend=backend, col_tile=128),
+                     x, plan.src, plan.offs, "mxfp8", block)
+    for i, (g, w) in enumerate(zip(got, want)):
+        same(g, w, f"col_tile dispatch out {i}")
+    v = ref.gather_rows(x, plan.src)
+    d, sc = to_mxfp8_blocked(v.t(), -1, block, 128)
+    same(want[2], d, "token-major data")
+    assert torch.equal(want[3], sc)
+    h13 = special(plan.src.shape[0], 256, torch.bfloat16, seed=33)
+    got, want = both(lambda *a, backend: km.swiglu_quantize(*a, backend=backend, col_tile=128),
+                     h13, plan.offs, "mxfp8", block)
+    for i, (g, w) in enumerate(zip(got, want)):
+        same(g, w, f"col_tile swiglu out {i}")
+    with pytest.raises(ValueError, match="col_tile=128 applies to mxfp8 only"):
+        km.dispatch_quantize(x, plan.src, plan.offs, "fp8_rowwise", 32, col_tile=128)
+    with pytest.raises(ValueError, match="col_tile=64"):
+        km.dispatch_quantize(x, plan.src, plan.offs, "mxfp8", block, col_tile=64)

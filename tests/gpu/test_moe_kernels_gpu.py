@@ -93,3 +93,15 @@ def test_compiled_equals_eager():
     compiled = torch.compile(path, fullgraph=True)(x, y, dout, h13, da)
     for i, (c, e) in enumerate(zip(compiled, eager)):
         same(c, e, f"compiled out {i}")
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_col_tile_128_equals_reference(block):
+    """dispatch_quantize / swiglu_quantize with col_tile=128 (the weight-tiled wgrad operand), compiled kernels."""
+    plan, x, y, dout, h13, da, w = inputs("llama_moe", block)
+    for name, fn, args in (("dispatch", km.dispatch_quantize, (x, plan.src, plan.offs, "mxfp8", block)),
+                           ("swiglu", km.swiglu_quantize, (h13, plan.offs, "mxfp8", block))):
+        got = fn(*args, backend="triton", col_tile=128)
+        want = fn(*args, backend="reference", col_tile=128)
+        for i in range(4):
+            same(got[i], want[i], f"col_tile {name} block {block} out {i}")
