@@ -1,4 +1,13 @@
-"""MXFP8 grouped GEMM for MoE experts: the autograd op that GroupedExperts.mm becomes under float8.
+"""Float8 routed experts.
+
+Two things live here:
+  Float8GroupedExperts / fused_experts (issue 9; second half of this file): the whole expert path of an MoE
+      layer as ONE autograd op, dispatch -> grouped GEMM(w13) -> SwiGLU -> grouped GEMM(w2) -> combine, for
+      moe_recipe "fp8_rowwise" (torch._scaled_grouped_mm) and "mxfp8" (kernels.grouped_gemm), with an emulated
+      twin (same quantization in plain PyTorch, float64 GEMMs) for CPU. See the section header below.
+  mxfp8_grouped_mm: the per-GEMM MXFP8 op (GroupedExperts.mm under the older conversion), described next.
+
+MXFP8 grouped GEMM for MoE experts: the autograd op that GroupedExperts.mm becomes under float8.
 
     mxfp8_grouped_mm(x, w, offs) -> out          x [T, in], w [E, out, in], offs int32 [E] (cumulative ends)
 
