@@ -118,7 +118,7 @@ class Float8TrainingWeight(torch.Tensor):
     shard it sees the plain tensor."""
 
     @staticmethod
-    def __new__(cls, tensor: torch.Tensor, config: Float8Config):
+    def __new__(cls, tensor: torch.Tensor, config: Float8Config, *args):
         return torch.Tensor._make_wrapper_subclass(
             cls, tensor.size(), strides=tensor.stride(), storage_offset=tensor.storage_offset(),
             memory_format=suggest_memory_format(tensor), dtype=tensor.dtype, layout=tensor.layout,
