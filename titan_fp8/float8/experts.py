@@ -32,10 +32,15 @@ tests compare with the kernels.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.profiler import record_function
 
+from kernels.float8_cast.reference import E4M3, abs_amax, amax_to_scale, to_float8
 from kernels.grouped_gemm import (
     grouped_mm_dgrad_reference,
     grouped_mm_fprop_reference,
@@ -45,8 +50,13 @@ from kernels.grouped_gemm import (
     mxfp8_grouped_mm_wgrad,
 )
 from kernels.grouped_gemm.quant import to_mxfp8_blocked
+from kernels.mxfp8 import from_mxfp8
+from titan_fp8.models.moe import GroupedExperts, _row_group
 
-__all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm"]
+from .expert_weights_local import expert_weight_operands  # contract 1 (helper A's expert_weights.py replaces it)
+
+__all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm", "MOE_RECIPES",
+           "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts"]
 
 
 class Granularity(NamedTuple):
@@ -182,3 +192,380 @@ def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str =
     if granularity not in GRANULARITIES:
         raise ValueError(f"make_mxfp8_grouped_mm: granularity={granularity!r}; allowed: {', '.join(GRANULARITIES)}")
     return functools.partial(mxfp8_grouped_mm, granularity=granularity, backend=backend)
+
+
+# =============================================================================================================
+# The fused float8 expert path (issue 9): ONE autograd op over dispatch -> GEMM(w13) -> SwiGLU -> GEMM(w2) ->
+# combine, for moe_recipe "fp8_rowwise" (torch._scaled_grouped_mm) and "mxfp8" (kernels.grouped_gemm).
+# =============================================================================================================
+#
+# Forward (N tokens, k slots, P = buffer rows of the DispatchPlan, every expert group padded to `align` rows):
+#   dispatch_quantize  x [N, D] -> xq [P, D] (fprop rows) + xtq [D, P] (token-major: w13's wgrad operand)
+#   fprop(w13)         h13 [P, 2H] bf16 (kept for SwiGLU's backward)
+#   swiglu_quantize    a = silu(h1) * h3 -> aq [P, H] (fprop rows) + atq [H, P] (token-major: w2's wgrad)
+#   fprop(w2)          y [P, D] bf16 (kept: the router weights' gradient reads it)
+#   combine            out[t] = sum_j weights[t, j] * y[pos[t*k + j]]  (fp32 sum in slot order)
+# Saved for backward: xtq/xts, h13, atq/ats, y, the plan and the router weights; no bf16 permuted copy of x.
+# Backward: combine_backward (dy rows + token-major, router weights' gradient) -> dgrad(w2), wgrad(w2) ->
+# swiglu_quantize_backward -> dgrad(w13), wgrad(w13) -> dx[t] = sum_j dx_buf[pos[t*k + j]].
+# wgrad writes the parameter dtype from the GEMM (mxfp8: the kernel's bf16/fp32 output; fp8_rowwise:
+# torch._scaled_grouped_mm's bf16 output, cast only for fp32 parameters).
+#
+# Activation ops: the plain PyTorch versions below have contract 2's shapes (kernels/moe, helper B2); under
+# torch.compile inductor fuses them. Scales follow the project's convention (x * scale -> float8 range);
+# the rowwise GEMM wrapper takes the reciprocals torch._scaled_grouped_mm multiplies by (powers of two: exact).
+#   fp8_rowwise rows: fp32 scale [P] (one power-of-two scale per row, kernels/float8_cast's rule);
+#   fp8_rowwise token-major: fp32 scale [E, C], one per (expert group, column) — the only 2d x 2d (grouped K)
+#       scale layout torch._scaled_grouped_mm takes on sm_90 (scale_a [E * N], scale_b [E * K], group-major;
+#       torchao 0.18's moe_training uses the same); groups are padded to 16 rows (its wgrad requirement).
+#   mxfp8: kernels/grouped_gemm/quant layouts; rows 1 x block, token-major block (tokens) x tile.
+# No host sync anywhere: group membership comes from searchsorted on offs, never from offs.tolist().
+
+MOE_RECIPES = ("fp8_rowwise", "mxfp8")
+ROWWISE_GROUP_ALIGN = 16  # torch._scaled_grouped_mm's fp8 wgrad needs token groups in multiples of 16
+
+
+@dataclass(frozen=True)
+class FusedSpec:
+    """What the fused op needs besides tensors (hashable: a constant for torch.compile)."""
+    recipe: str                 # "fp8_rowwise" | "mxfp8"
+    granularity: str | None     # mxfp8: a GRANULARITIES key; fp8_rowwise: None
+    backend: str                # "emulated" | "cuda" (fp8_rowwise) | mxfp8 GEMM backend ("auto", ...)
+    align: int                  # token group alignment the plan must have
+
+    @property
+    def g(self) -> Granularity:
+        return GRANULARITIES[self.granularity]
+
+    @property
+    def emulated(self) -> bool:
+        return self.backend == "emulated"
+
+
+def make_fused_spec(recipe: str, granularity: str | None = None, backend: str = "auto",
+                    device: torch.device | str = "cuda") -> FusedSpec:
+    if recipe not in MOE_RECIPES:
+        raise ValueError(f"moe_recipe_name={recipe!r}; allowed: {', '.join(MOE_RECIPES)}")
+    if recipe == "fp8_rowwise":
+        if granularity is not None:
+            raise ValueError(f"moe_granularity={granularity!r} is for moe_recipe_name='mxfp8'; fp8_rowwise has none")
+        if backend not in ("auto", "emulated", "cuda"):
+            raise ValueError(f"fp8_rowwise expert backend={backend!r}; allowed: auto, emulated, cuda")
+        align = ROWWISE_GROUP_ALIGN
+    else:
+        granularity = granularity or DEFAULT_GRANULARITY
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"moe_granularity={granularity!r}; allowed: {', '.join(GRANULARITIES)}")
+        align = GRANULARITIES[granularity].block
+    if backend == "auto" and torch.device(device).type != "cuda":
+        backend = "emulated"
+    elif backend == "auto" and recipe == "fp8_rowwise":
+        backend = "cuda"
+    return FusedSpec(recipe, granularity, backend, align)
+
+
+# ------------------------------------------------------------------------------------------ activation ops
+def _group_of_rows(offs: Tensor, num_rows: int, step: int = 1) -> Tensor:
+    """Expert group of rows 0, step, 2*step, ... (clamped to E-1: the plan fills the buffer, offs[-1] == P)."""
+    rows = torch.arange(0, num_rows, step, device=offs.device, dtype=offs.dtype)
+    return torch.searchsorted(offs, rows, right=True).clamp_(max=offs.shape[0] - 1)
+
+
+def _rowwise_rows(t: Tensor):
+    """t [P, C] -> (e4m3 [P, C], fp32 scale [P]): one power-of-two scale per row (kernels/float8_cast rule)."""
+    scale = amax_to_scale(abs_amax(t, 1), E4M3, round_to_pow2=True)
+    return to_float8(t, scale[:, None], E4M3), scale
+
+
+def _rowwise_token_major(t: Tensor, offs: Tensor, align: int):
+    """t [P, C] -> (e4m3 [C, P] row-major, fp32 scale [E, C]): one power-of-two scale per (group, column).
+    Groups start at multiples of `align`, so each block of `align` rows lies in one group."""
+    P, C = t.shape
+    E = offs.shape[0]
+    block_amax = abs_amax(t.view(P // align, align, C), 1)  # [P/align, C]
+    idx = _group_of_rows(offs, P, align)[:, None].expand(-1, C)
+    amax = block_amax.new_zeros(E, C).scatter_reduce(0, idx, block_amax, "amax")  # max: order-free
+    scale = amax_to_scale(amax, E4M3, round_to_pow2=True)  # [E, C]
+    row_scale = scale.index_select(0, _group_of_rows(offs, P))  # [P, C]
+    # transpose first (as kernels/float8_cast's reference does): the cast writes [C, P] row-major
+    return to_float8(t.t().contiguous(), row_scale.t(), E4M3), scale
+
+
+def _quantize_rows_and_token_major(t: Tensor, offs: Tensor, spec: FusedSpec, tile: int, token_major: bool = True):
+    """Row copy (fprop/dgrad operand) and token-major copy (wgrad operand) of t [P, C]; padding rows are zero."""
+    if spec.recipe == "fp8_rowwise":
+        q, s = _rowwise_rows(t)
+        qt, st = _rowwise_token_major(t, offs, spec.align) if token_major else (None, None)
+        return q, s, qt, st
+    return _quant_act(t, offs, spec.g, True, token_major, tile, "emulated" if spec.emulated else "triton")
+
+
+def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec, token_major: bool = True):
+    """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts): rows gathered into expert order (src == N: zero row)."""
+    x_ext = torch.cat([x, x.new_zeros(1, x.shape[1])])
+    xp = x_ext.index_select(0, src)
+    return _quantize_rows_and_token_major(xp, offs, spec, spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1,
+                                          token_major)
+
+
+def _swiglu(h13: Tensor) -> Tensor:
+    h1, h3 = h13.float().chunk(2, dim=-1)
+    return (F.silu(h1) * h3).to(h13.dtype)
+
+
+def swiglu_quantize(h13: Tensor, offs: Tensor, spec: FusedSpec, token_major: bool = True):
+    """h13 [P, 2H] -> a = silu(h1) * h3 (fp32 math, rounded once to h13's dtype) quantized:
+    (aq [P, H], as, atq [H, P], ats)."""
+    return _quantize_rows_and_token_major(_swiglu(h13), offs, spec,
+                                          spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1, token_major)
+
+
+def swiglu_backward(da: Tensor, h13: Tensor) -> Tensor:
+    """dh13 [P, 2H] = [da * h3 * silu'(h1), da * silu(h1)] (fp32 math, rounded once to da's dtype)."""
+    h1, h3 = h13.float().chunk(2, dim=-1)
+    d = da.float()
+    sig = torch.sigmoid(h1)
+    silu = h1 * sig
+    dh1 = d * h3 * (sig * (1 + h1 * (1 - sig)))
+    return torch.cat([dh1, d * silu], dim=-1).to(da.dtype)
+
+
+def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, spec: FusedSpec, token_major: bool = True):
+    """-> (dq [P, 2H], ds, dtq [2H, P], dts): dh13 quantized for w13's dgrad (rows) and wgrad (token-major)."""
+    return _quantize_rows_and_token_major(swiglu_backward(da, h13), offs, spec, 1, token_major)
+
+
+def combine(y: Tensor, pos: Tensor, weights: Tensor) -> Tensor:
+    """out[t] = sum_j weights[t, j] * y[pos[t*k + j]] in fp32, slot order (deterministic), y's dtype out."""
+    n, k = weights.shape
+    pairs = y.index_select(0, pos).view(n, k, y.shape[1])
+    return (pairs.float() * weights.float().unsqueeze(-1)).sum(dim=1).to(y.dtype)
+
+
+def combine_backward(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor,
+                     spec: FusedSpec, token_major: bool = True, need_dweights: bool = True):
+    """-> (dyq [P, D], dys, dytq [D, P], dyts, dweights [N, k] fp32): dy[r] = weights[token, slot] * dout[token]
+    (rounded once to dout's dtype; 0 on padding rows), quantized for w2's dgrad and wgrad."""
+    n, k = weights.shape
+    P = src.shape[0]
+    w_row = weights.new_zeros(P, dtype=torch.float32).index_put((pos,), weights.reshape(-1).float())
+    dout_ext = torch.cat([dout, dout.new_zeros(1, dout.shape[1])])
+    dy = (dout_ext.index_select(0, src).float() * w_row[:, None]).to(dout.dtype)
+    dyq, dys, dytq, dyts = _quantize_rows_and_token_major(dy, offs, spec, 1, token_major)
+    dweights = None
+    if need_dweights:
+        pairs = y.index_select(0, pos).view(n, k, y.shape[1]).float()
+        dweights = (dout.float().unsqueeze(1) * pairs).sum(-1)
+    return dyq, dys, dytq, dyts, dweights
+
+
+# ------------------------------------------------------------------------------------------ GEMMs
+def _masked_grouped_matmul(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
+    """out[r] = a[r] @ b[group(r)] (a [P, R], b [E, R, C]) by one dense matmul per expert over all rows, kept
+    where the row belongs to it: no host sync (torch.compile fullgraph), any device. For the emulated twin."""
+    group = _row_group(offs, a.shape[0]).unsqueeze(1)
+    out = a.new_zeros(a.shape[0], b.shape[2])
+    for e in range(b.shape[0]):
+        mine = group == e
+        out = torch.where(mine, torch.where(mine, a, 0) @ b[e], out)
+    return out
+
+
+def _masked_grouped_wgrad(dt: Tensor, at: Tensor, offs: Tensor) -> Tensor:
+    """dW[e] = dt[:, rows of e] @ at[:, rows of e]^T (dt [N, P], at [K, P]) -> [E, N, K], sync-free."""
+    group = _row_group(offs, dt.shape[1])
+    return torch.stack([torch.where(group == e, dt, 0) @ at.t() for e in range(offs.shape[0])])
+
+
+_EMU = torch.float64  # emulated GEMMs: exact products of the decoded float8 values, one rounding at the end
+
+
+def _rw_decode_rows(q: Tensor, s: Tensor) -> Tensor:
+    return q.to(_EMU) / s.to(_EMU).unsqueeze(-1)
+
+
+def _f8_fprop(xq, xs, wq, ws, offs, spec: FusedSpec, out_dtype):
+    """out[r] = x[r] @ w[e]^T; xq [P, K], wq [E, N, K] (fwd operand)."""
+    if spec.recipe == "fp8_rowwise":
+        if spec.emulated:
+            return _masked_grouped_matmul(_rw_decode_rows(xq, xs), _rw_decode_rows(wq, ws).transpose(1, 2),
+                                          offs).to(out_dtype)
+        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), xs.reciprocal(), ws.reciprocal().contiguous(),
+                                        offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
+    g = spec.g
+    if spec.emulated:
+        x = from_mxfp8(xq, xs, dim=-1, dtype=_EMU)
+        w = from_mxfp8(wq, ws, dim=-1, dtype=_EMU)
+        return _masked_grouped_matmul(x, w.transpose(1, 2), offs).to(out_dtype)
+    return mxfp8_grouped_mm_fprop(xq, xs, wq, ws, offs, out_dtype, block=g.block, w_tile=g.weight_tile,
+                                  validate=False, **_gemm_backend(spec))
+
+
+def _f8_dgrad(dq, ds, wtq, wts, offs, spec: FusedSpec, out_dtype):
+    """dx[r] = dout[r] @ w[e]; dq [P, N], wtq [E, K, N] (bwd operand: w^T), wts its scale."""
+    if spec.recipe == "fp8_rowwise":
+        if spec.emulated:
+            return _masked_grouped_matmul(_rw_decode_rows(dq, ds), _rw_decode_rows(wtq, wts).transpose(1, 2),
+                                          offs).to(out_dtype)
+        return torch._scaled_grouped_mm(dq, wtq.transpose(-2, -1), ds.reciprocal(), wts.reciprocal().contiguous(),
+                                        offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
+    g = spec.g
+    wn, wns = wtq.transpose(1, 2), wts  # [E, N, K] view, scale [E, N/32, K]
+    if spec.emulated:
+        d = from_mxfp8(dq, ds, dim=-1, dtype=_EMU)
+        w = from_mxfp8(wn, wns, dim=-2, dtype=_EMU)  # [E, N, K]
+        return _masked_grouped_matmul(d, w, offs).to(out_dtype)
+    return mxfp8_grouped_mm_dgrad(dq, ds, wn, wns, offs, out_dtype, block=g.block, w_tile=g.weight_tile,
+                                  validate=False, **_gemm_backend(spec))
+
+
+def _f8_wgrad(dtq, dts, atq, ats, offs, spec: FusedSpec, out_dtype):
+    """dW[e] = dout[rows of e]^T @ a[rows of e] from token-major copies dtq [N, P], atq [K, P] -> [E, N, K]."""
+    if spec.recipe == "fp8_rowwise":
+        group = _group_of_rows(offs, dtq.shape[1])
+        if spec.emulated:
+            dt = dtq.to(_EMU) / dts.to(_EMU).index_select(0, group).t()
+            at = atq.to(_EMU) / ats.to(_EMU).index_select(0, group).t()
+            return _masked_grouped_wgrad(dt, at, offs).to(torch.bfloat16).to(out_dtype)
+        out = torch._scaled_grouped_mm(dtq, atq.t(), dts.reciprocal().reshape(-1), ats.reciprocal().reshape(-1),
+                                       offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True)
+        return out if out_dtype == torch.bfloat16 else out.to(out_dtype)
+    g = spec.g
+    if spec.emulated:
+        dt = from_mxfp8(dtq, dts, dim=-1, dtype=_EMU)
+        at = from_mxfp8(atq, ats, dim=-1, dtype=_EMU)
+        return _masked_grouped_wgrad(dt, at, offs).to(out_dtype)
+    kernel_dtype = out_dtype if out_dtype in (torch.float32, torch.bfloat16) else torch.float32
+    dw = mxfp8_grouped_mm_wgrad(dtq, dts, atq, ats, offs, kernel_dtype, block=g.block, a_tile=g.wgrad_x_tile,
+                                validate=False, **_gemm_backend(spec))
+    return dw if kernel_dtype == out_dtype else dw.to(out_dtype)
+
+
+def _gemm_backend(spec: FusedSpec) -> dict:
+    # "auto": kernels.grouped_gemm picks; any other name is passed through (the kernels raise if they lack it)
+    return {} if spec.backend == "auto" else {"backend": spec.backend}
+
+
+# ------------------------------------------------------------------------------------------ the autograd op
+class _FusedExperts(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weights, w13, w2, src, pos, offs, spec: FusedSpec):
+        need_w = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
+        xq, xs, xtq, xts = dispatch_quantize(x, src, offs, spec, token_major=ctx.needs_input_grad[2])
+        o13 = expert_weight_operands(w13, spec.recipe, spec.granularity)
+        h13 = _f8_fprop(xq, xs, o13.fwd_data, o13.fwd_scale, offs, spec, x.dtype)
+        aq, as_, atq, ats = swiglu_quantize(h13, offs, spec, token_major=ctx.needs_input_grad[3])
+        o2 = expert_weight_operands(w2, spec.recipe, spec.granularity)
+        y = _f8_fprop(aq, as_, o2.fwd_data, o2.fwd_scale, offs, spec, x.dtype)
+        out = combine(y, pos, weights)
+        ctx.save_for_backward(xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs)
+        ctx.spec, ctx.need_w = spec, need_w
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs = ctx.saved_tensors
+        spec = ctx.spec
+        need_x, need_r, need_13, need_2 = ctx.needs_input_grad[:4]
+        n, k = weights.shape
+        dout = dout.contiguous()
+        dyq, dys, dytq, dyts, dweights = combine_backward(dout, y, pos, weights, src, offs, spec,
+                                                          token_major=need_2, need_dweights=need_r)
+        dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if need_2 else None
+        dx = dw13 = None
+        if need_x or need_13:
+            o2 = expert_weight_operands(w2, spec.recipe, spec.granularity)
+            da = _f8_dgrad(dyq, dys, o2.bwd_data, o2.bwd_scale, offs, spec, dout.dtype)
+            dq, ds, dtq, dts = swiglu_quantize_backward(da, h13, offs, spec, token_major=need_13)
+            if need_13:
+                dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype)
+            if need_x:
+                o13 = expert_weight_operands(w13, spec.recipe, spec.granularity)
+                dx_buf = _f8_dgrad(dq, ds, o13.bwd_data, o13.bwd_scale, offs, spec, dout.dtype)
+                # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
+                dx = dx_buf.index_select(0, pos).view(n, k, -1).sum(dim=1)
+        if dweights is not None:
+            dweights = dweights.to(weights.dtype)
+        return dx, dweights, dw13, dw2, None, None, None, None
+
+
+def fused_experts(x: Tensor, weights: Tensor, w13: Tensor, w2: Tensor, plan, spec: FusedSpec) -> Tensor:
+    """The whole float8 expert path: x [N, D], router weights [N, k], plan (DispatchPlan with groups padded
+    to spec.align) -> out [N, D] = sum_j weights[t, j] * expert_{e(t, j)}(x[t]). fwd+bwd, no host sync."""
+    if x.dim() != 2 or w13.dim() != 3 or w2.dim() != 3 or w13.shape[2] != x.shape[1] \
+            or w2.shape[1] != x.shape[1] or w13.shape[1] != 2 * w2.shape[2]:
+        raise ValueError(f"fused_experts: expected x [N, D], w13 [E, 2H, D], w2 [E, D, H]; got x {tuple(x.shape)}, "
+                         f"w13 {tuple(w13.shape)}, w2 {tuple(w2.shape)}")
+    P = plan.src.shape[0]
+    if P % spec.align:
+        raise ValueError(f"fused_experts: the dispatch plan has {P} rows, not a multiple of {spec.align}: set the "
+                         f"MoE's token_group_align to {spec.align} for moe recipe {spec.recipe!r}")
+    if weights.shape[0] != x.shape[0] or plan.pos.shape[0] != weights.numel():
+        raise ValueError(f"fused_experts: router weights {tuple(weights.shape)} and plan.pos "
+                         f"{tuple(plan.pos.shape)} do not match x {tuple(x.shape)}")
+    return _FusedExperts.apply(x, weights, w13, w2, plan.src, plan.pos, plan.offs, spec)
+
+
+class Float8GroupedExperts(GroupedExperts):
+    """GroupedExperts (same parameters w13 [E, 2H, D], w2 [E, D, H]) whose `routed` is the fused float8 path.
+
+    moe_recipe "fp8_rowwise" | "mxfp8" (granularity mx128 / mx32 / mx32_plain); backend "auto" (CUDA: the
+    fast path; elsewhere the emulated twin), "emulated", or for mxfp8 a kernels.grouped_gemm backend name.
+    The owning MoE must pad token groups to `token_group_align` (16 for fp8_rowwise, the mxfp8 block).
+    """
+
+    def __init__(self, dim: int, hidden_dim: int, num_experts: int, moe_recipe: str = "mxfp8",
+                 granularity: str | None = None, backend: str = "auto"):
+        super().__init__(dim, hidden_dim, num_experts)
+        self._configure(moe_recipe, granularity, backend)
+
+    def _configure(self, moe_recipe, granularity, backend):
+        if moe_recipe == "mxfp8":
+            granularity = granularity or DEFAULT_GRANULARITY
+            bad = [f"{n} {tuple(getattr(self, n).shape)}" for n in ("w13", "w2")
+                   if any(d % 32 for d in getattr(self, n).shape[1:])]
+            if bad:
+                raise ValueError(f"Float8GroupedExperts: moe_recipe 'mxfp8' needs out/in dims that are multiples of "
+                                 f"32: {', '.join(bad)}")
+        elif moe_recipe == "fp8_rowwise":
+            bad = [f"{n} {tuple(getattr(self, n).shape)}" for n in ("w13", "w2")
+                   if any(d % 16 for d in getattr(self, n).shape[1:])]
+            if bad:
+                raise ValueError(f"Float8GroupedExperts: moe_recipe 'fp8_rowwise' needs out/in dims that are "
+                                 f"multiples of 16: {', '.join(bad)}")
+        make_fused_spec(moe_recipe, granularity, backend, "cpu")  # validates the names
+        self.moe_recipe, self.granularity, self.backend = moe_recipe, granularity, backend
+        self.token_group_align = make_fused_spec(moe_recipe, granularity, backend, "cpu").align
+
+    @classmethod
+    def from_grouped_experts(cls, experts: GroupedExperts, config) -> "Float8GroupedExperts":
+        """A Float8GroupedExperts holding `experts`' parameters (the same Parameter objects). `config` is a
+        Float8Config with moe_recipe_name / moe_granularity (and emulate: the emulated twin)."""
+        recipe = getattr(config, "moe_recipe_name", None)
+        if recipe in (None, "none"):
+            raise ValueError(f"Float8GroupedExperts.from_grouped_experts: config.moe_recipe_name={recipe!r}; "
+                             f"set it to one of {', '.join(MOE_RECIPES)}")
+        gran = getattr(config, "moe_granularity", None) if recipe == "mxfp8" else None
+        backend = "emulated" if getattr(config, "emulate", False) else "auto"
+        with torch.device("meta"):
+            new = cls(experts.dim, experts.hidden_dim, experts.num_experts, "mxfp8" if recipe == "mxfp8" else
+                      "fp8_rowwise")
+        new.w13, new.w2 = experts.w13, experts.w2
+        new._configure(recipe, gran, backend)
+        return new
+
+    def spec(self, device) -> FusedSpec:
+        return make_fused_spec(self.moe_recipe, self.granularity, self.backend, device)
+
+    def forward(self, x_sorted: Tensor, offs: Tensor) -> Tensor:
+        """Tokens already in expert order (groups padded to token_group_align, offs[-1] == rows): the fused
+        path with the identity plan and unit weights."""
+        from titan_fp8.models.moe import DispatchPlan
+        rows = torch.arange(x_sorted.shape[0], device=x_sorted.device)
+        plan = DispatchPlan(rows, rows, offs, offs)
+        ones = torch.ones(x_sorted.shape[0], 1, device=x_sorted.device, dtype=torch.float32)
+        return fused_experts(x_sorted, ones, self.w13, self.w2, plan, self.spec(x_sorted.device))
+
+    def routed(self, x: Tensor, weights: Tensor, plan) -> Tensor:
+        with record_function("moe.experts_fused"):
+            return fused_experts(x, weights, self.w13, self.w2, plan, self.spec(x.device))
