@@ -119,6 +119,8 @@ class Float8:
     precompute_float8_dynamic_scale_for_fsdp: bool = False
     filter_fqns: list = field(default_factory=lambda: ["output", "router"])
     emulate: bool = False
+    moe_recipe_name: str = "none"  # routed experts: "none" | "fp8_rowwise" | "mxfp8"
+    moe_granularity: Optional[str] = None  # mxfp8 experts: "mx128" (default) | "mx32" | "mx32_plain"
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,13 @@ SECTIONS: dict[str, type] = {
     "compile": Compile,
     "comm": Comm,
     "float8": Float8,
+}
+
+# Keys that were renamed: a config still using one gets an error naming the replacement.
+RENAMED_KEYS = {
+    ("float8", "convert_experts"): "moe_recipe_name (\"none\" | \"fp8_rowwise\" | \"mxfp8\"; experts are no "
+                                   "longer tied to recipe_name)",
+    ("float8", "experts_granularity"): "moe_granularity (with moe_recipe_name = \"mxfp8\")",
 }
 
 # Declared element types of the container fields (the dataclass annotations stay simple).
@@ -226,6 +235,8 @@ def load_config(path: str, overrides: list[str] = (), world_size: Optional[int] 
         known = {f.name: f for f in dataclasses.fields(cls) if not (cls is Model and f.name == "overrides")}
         for key, value in given.items():
             if key not in known:
+                if (name, key) in RENAMED_KEYS:
+                    raise ConfigError(f"{where(name, key)}: this key was replaced by {RENAMED_KEYS[(name, key)]}")
                 if cls is Model:
                     model_overrides[key] = value  # checked against ModelArgs below
                     continue
@@ -257,6 +268,9 @@ def _declared_type(section: str, key: str, path: str):
             return _base_type(f)
     if cls is Model:
         return None  # a ModelArgs field; typed against ModelArgs later
+    if (section, key) in RENAMED_KEYS:
+        raise ConfigError(f"{path}: command line --{section}.{key}: this key was replaced by "
+                          f"{RENAMED_KEYS[(section, key)]}")
     allowed = ", ".join(f.name for f in dataclasses.fields(cls))
     raise ConfigError(f"{path}: command line --{section}.{key}: unknown key in [{section}]; allowed: {allowed}")
 

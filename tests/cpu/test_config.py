@@ -116,6 +116,22 @@ def test_float8_errors_become_one_line(tmp_path):
                 [], 1)
 
 
+def test_renamed_float8_expert_keys_name_their_replacement(tmp_path):
+    msg = error_of(write(tmp_path, '[float8]\nconvert_experts = true\n'))
+    assert "[float8] convert_experts: this key was replaced by moe_recipe_name" in msg and "\n" not in msg
+    msg = error_of(write(tmp_path, '[float8]\nexperts_granularity = "mx32"\n', "b.toml"))
+    assert "[float8] experts_granularity: this key was replaced by moe_granularity" in msg
+    with pytest.raises(ConfigError, match="command line --float8.experts_granularity: this key was replaced by"):
+        load_config(write(tmp_path, "", "c.toml"), ["--float8.experts_granularity=mx32"], 1)
+    msg = error_of(write(tmp_path, '[float8]\nenable = true\nmoe_recipe_name = "mxfp8"\nmoe_granularity = "mx64"\n'
+                         'emulate = true\n', "d.toml"))
+    assert "[float8] moe_granularity: " in msg and "\n" not in msg
+    cfg = load_config(write(tmp_path, '[float8]\nenable = true\nrecipe_name = "tensorwise"\n'
+                                      'moe_recipe_name = "mxfp8"\nmoe_granularity = "mx32"\nemulate = true\n', "e.toml"),
+                      [], 1)
+    assert cfg.float8.moe_recipe_name == "mxfp8" and cfg.float8.moe_granularity == "mx32"
+
+
 def test_nccl_max_ctas_from_config_or_environment(tmp_path, monkeypatch):
     path = write(tmp_path, "[comm]\nnccl_max_ctas = 16\n")
     cfg = load_config(path, [], world_size=1)

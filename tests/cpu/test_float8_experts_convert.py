@@ -1,5 +1,5 @@
-"""convert_to_float8_training with recipe "mxfp8" converts routed experts (GroupedExperts.mm -> the MXFP8
-grouped GEMM of titan_fp8.float8.experts) and pads the MoE's token groups to the op's scale block."""
+"""convert_to_float8_training with moe_recipe_name "mxfp8" converts routed experts (independently of the Linear
+recipe) and pads the MoE's token groups to the op's scale block."""
 import copy
 
 import pytest
@@ -7,11 +7,11 @@ import torch
 import torch.nn as nn
 
 from titan_fp8.float8 import Float8Config, convert_to_float8_training
-from titan_fp8.float8.config import EXPERT_GRANULARITIES
+from titan_fp8.float8.config import MOE_GRANULARITIES
 from titan_fp8.float8.experts import GRANULARITIES
 from titan_fp8.models.moe import MoE, MoEArgs, grouped_mm
 
-DIM, HID, E = 64, 96, 4
+DIM, HID, E = 128, 128, 4
 
 
 class Net(nn.Module):
@@ -27,9 +27,10 @@ def sqnr(ref, got):
 
 
 def test_config_granularity_names_match_experts_module():
-    assert set(EXPERT_GRANULARITIES) == set(GRANULARITIES)
-    with pytest.raises(ValueError, match="experts_granularity"):
-        Float8Config(recipe_name="mxfp8", experts_granularity="mx64")
+    assert set(MOE_GRANULARITIES) == set(GRANULARITIES)
+    assert all(MOE_GRANULARITIES[n] == g.block for n, g in GRANULARITIES.items())
+    with pytest.raises(ValueError, match="^moe_granularity"):
+        Float8Config(moe_recipe_name="mxfp8", moe_granularity="mx64")
 
 
 @pytest.mark.parametrize("granularity", ["mx128", "mx32"])
@@ -37,7 +38,8 @@ def test_mxfp8_converted_moe_close_to_high_precision(granularity):
     torch.manual_seed(0)
     ref = Net()
     net = copy.deepcopy(ref)
-    convert_to_float8_training(net, Float8Config(recipe_name="mxfp8", emulate=True, experts_granularity=granularity))
+    convert_to_float8_training(net, Float8Config(recipe_name="tensorwise", emulate=True, moe_recipe_name="mxfp8",
+                                               moe_granularity=granularity))
     ex = net.moe.experts
     assert ex.mm is not grouped_mm and ex.float8_granularity == granularity
     assert net.moe.token_group_align == GRANULARITIES[granularity].block
@@ -66,11 +68,24 @@ def test_mxfp8_converted_moe_close_to_high_precision(granularity):
 
 
 def test_filter_fqns_and_flag_exclude_experts():
-    for cfg in (Float8Config(recipe_name="mxfp8", emulate=True, filter_fqns=["output", "router", "experts"]),
-                Float8Config(recipe_name="mxfp8", emulate=True, convert_experts=False),
+    for cfg in (Float8Config(moe_recipe_name="mxfp8", emulate=True, filter_fqns=["output", "router", "experts"]),
+                Float8Config(recipe_name="mxfp8", emulate=True),  # the Linear recipe does not touch experts
                 Float8Config(recipe_name="tensorwise", emulate=True)):
         net = convert_to_float8_training(Net(), cfg)
         assert net.moe.experts.mm is grouped_mm and net.moe.token_group_align == 1, cfg
-    net = convert_to_float8_training(Net(), Float8Config(recipe_name="mxfp8", emulate=True),
+    net = convert_to_float8_training(Net(), Float8Config(moe_recipe_name="mxfp8", emulate=True),
                                      module_filter_fn=lambda mod, fqn: not fqn.endswith("experts"))
     assert net.moe.experts.mm is grouped_mm
+
+
+def test_expert_dims_not_multiple_of_the_block_is_a_one_line_error_naming_the_key():
+    class Small(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.moe = MoE(64, MoEArgs(num_experts=2, top_k=1, hidden_dim=96, load_balance="none"))
+
+    with pytest.raises(ValueError, match=r"^moe_granularity: moe.experts .*multiples of 128: w13 \(2, 192, 64\)"):
+        convert_to_float8_training(Small(), Float8Config(moe_recipe_name="mxfp8", emulate=True))
+    net = convert_to_float8_training(Small(), Float8Config(moe_recipe_name="mxfp8", moe_granularity="mx32",
+                                                           emulate=True))
+    assert net.moe.token_group_align == 32

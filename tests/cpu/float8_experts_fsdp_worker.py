@@ -1,0 +1,260 @@
+"""2-process gloo worker for tests/cpu/test_float8_experts_fsdp.py: FSDP2 float8 all-gather of 3-D expert
+weights (expert_weights.Float8ExpertWeight), every scenario once; saves what the tests assert on per rank.
+
+The expert GEMMs here are a test-local emulated op (`EmulatedExpertMM`: dequantize the contract-1 operands,
+fp32 bmm; every expert gets an equal slice of the tokens): what is under test is the all-gather, the scales
+and the gradients' way back, not the fused expert path (tests/cpu/test_float8_moe_fused.py)."""
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+# w13 [E, 192, 192], w2 [E, 192, 96]: several 128x128 tiles per expert, partial edge tiles, and with Shard(1)
+# (96 rows per rank) tiles that straddle the two shards
+DIM, HID, TOKENS = 192, 96, 64
+
+
+def dequant_fwd(ops, recipe):
+    from titan_fp8.float8.expert_weights import dequantize_operands
+    return dequantize_operands(ops, recipe, torch.float32)
+
+
+def dequant_bwd(ops, recipe):
+    """[E, K, N] decoded from the dgrad operands."""
+    if recipe == "fp8_rowwise":
+        return ops.bwd_data.float() * ops.bwd_scale.unsqueeze(-1)
+    from kernels.mxfp8 import from_mxfp8
+    return from_mxfp8(ops.bwd_data, ops.bwd_scale.transpose(1, 2).contiguous(), -1, torch.float32)
+
+
+class EmulatedExpertMM(torch.autograd.Function):
+    """out[e] = x[e] @ W[e]^T (x [E, T, K]) from contract-1 operands; dgrad from the bwd operands."""
+
+    @staticmethod
+    def forward(ctx, x, w, recipe, gran):
+        from titan_fp8.float8.expert_weights import expert_weight_operands
+        ops = expert_weight_operands(w, recipe, gran, which="fwd")
+        ctx.save_for_backward(x, w)
+        ctx.recipe, ctx.gran, ctx.w_dtype = recipe, gran, w.dtype
+        return torch.bmm(x.float(), dequant_fwd(ops, recipe).transpose(1, 2)).to(x.dtype)
+
+    @staticmethod
+    def backward(ctx, dout):
+        from titan_fp8.float8.expert_weights import expert_weight_operands
+        x, w = ctx.saved_tensors
+        ops = expert_weight_operands(w, ctx.recipe, ctx.gran, which="bwd")
+        wk = dequant_bwd(ops, ctx.recipe)  # [E, K, N]
+        dx = torch.bmm(dout.float(), wk.transpose(1, 2)).to(x.dtype)
+        dw = torch.bmm(dout.float().transpose(1, 2), x.float()).to(ctx.w_dtype)
+        return dx, dw, None, None
+
+
+class Experts(nn.Module):
+    def __init__(self, E, recipe, gran):
+        super().__init__()
+        self.recipe, self.gran = recipe, gran
+        self.w13 = nn.Parameter(torch.randn(E, 2 * HID, DIM) * 0.05)
+        self.w2 = nn.Parameter(torch.randn(E, DIM, HID) * 0.05)
+        with torch.no_grad():
+            self.w13[:, HID:] *= 4  # gate and up halves at different magnitudes
+            self.w2[0, :5, :7] = 0.0
+
+    def forward(self, x):
+        E = self.w13.shape[0]
+        xe = x.reshape(E, -1, x.shape[-1])
+        h = EmulatedExpertMM.apply(xe, self.w13, self.recipe, self.gran)
+        h1, h3 = h.chunk(2, dim=-1)
+        return EmulatedExpertMM.apply(F.silu(h1) * h3, self.w2, self.recipe, self.gran).reshape(x.shape)
+
+
+class Block(nn.Module):
+    def __init__(self, E, recipe, gran, linears):
+        super().__init__()
+        self.experts = Experts(E, recipe, gran)
+        self.proj = nn.Linear(DIM, DIM, bias=False) if linears else None
+
+    def forward(self, x):
+        if self.proj is not None:
+            x = x + self.proj(x)
+        return x + self.experts(x)
+
+
+class Net(nn.Module):
+    def __init__(self, E, recipe, gran, linears):
+        super().__init__()
+        self.layers = nn.ModuleList([Block(E, recipe, gran, linears) for _ in range(2)])
+
+    def forward(self, x):
+        for b in self.layers:
+            x = b(x)
+        return x.float().pow(2).mean()
+
+
+class Counter:
+    """bytes handed to all-gathers (both entry points FSDP2 may use) and MAX all-reduces."""
+
+    def __init__(self):
+        self.ag_bytes = 0
+        self.max_allreduce = 0
+        self._orig = {}
+        for name in ("all_gather_into_tensor", "all_gather_single", "all_reduce"):
+            if hasattr(dist, name):
+                self._orig[name] = getattr(dist, name)
+                setattr(dist, name, self._wrap(name, self._orig[name]))
+
+    def _wrap(self, name, fn):
+        def wrapped(*args, **kwargs):
+            if name == "all_reduce":
+                op = kwargs.get("op", args[1] if len(args) > 1 else dist.ReduceOp.SUM)
+                if op == dist.ReduceOp.MAX:
+                    self.max_allreduce += 1
+            else:
+                inp = kwargs.get("input_tensor", args[1] if len(args) > 1 else None)
+                self.ag_bytes += inp.numel() * inp.element_size()
+            return fn(*args, **kwargs)
+        return wrapped
+
+    def restore(self):
+        for name, fn in self._orig.items():
+            setattr(dist, name, fn)
+
+
+def build(recipe, gran, E, ag, fsdp=True, linears=False, shard1=False, precompute=False, param_dtype=None):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.tensor import Shard
+
+    from titan_fp8.float8 import Float8Config, convert_to_float8_training
+    from titan_fp8.float8.convert import wrap_expert_weights_for_all_gather
+
+    torch.manual_seed(0)
+    m = Net(E, recipe, gran, linears)
+    cfg = Float8Config(recipe_name="tensorwise", emulate=True, moe_recipe_name=recipe, moe_granularity=gran,
+                       enable_fsdp_float8_all_gather=ag, precompute_float8_dynamic_scale_for_fsdp=precompute)
+    if ag:
+        for b in m.layers:
+            wrap_expert_weights_for_all_gather(b.experts, cfg)
+    convert_to_float8_training(m, cfg)  # the tensorwise Linears, and the model's one ScaleGroup
+    if fsdp:
+        mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+        kw = dict(mesh=mesh, mp_policy=MixedPrecisionPolicy(param_dtype=param_dtype))
+        if shard1:
+            kw["shard_placement_fn"] = lambda p: Shard(1) if p.ndim == 3 else None
+        for b in m.layers:
+            fully_shard(b, **kw)
+        fully_shard(m, **kw)
+    return m
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(1000 + 17 * step + dist.get_rank())
+    return torch.randn(TOKENS, DIM, generator=g)
+
+
+def train(recipe, gran, E, ag, steps=3, record=False, precompute=False, **kw):
+    from titan_fp8.float8 import precompute_float8_dynamic_scale_for_fsdp
+    from titan_fp8.float8.expert_weights import Float8GatheredExpertWeight
+
+    m = build(recipe, gran, E, ag, precompute=precompute, **kw)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=True)
+    recorded, full = {}, {}
+    if record:
+        full = {k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone()
+                for k, v in m.state_dict().items()}
+
+        def hook(mod, args, name):
+            for pn in ("w13", "w2"):
+                w = getattr(mod, pn)
+                if f"{name}.{pn}" not in recorded and isinstance(w, Float8GatheredExpertWeight):
+                    recorded[f"{name}.{pn}"] = {"data": w._data.view(torch.uint8).clone(), "scale": w._scale.clone(),
+                                                "shape": tuple(w.shape)}
+        for name, mod in m.named_modules():
+            if isinstance(mod, Experts):
+                mod.register_forward_pre_hook(lambda mod, args, name=name: hook(mod, args, name))
+    counter = Counter()
+    if precompute:
+        precompute_float8_dynamic_scale_for_fsdp(m)
+    losses, per_step_ar = [], []
+    for step in range(steps):
+        before = counter.max_allreduce
+        loss = m(batch(step))
+        loss.backward()
+        if not kw.get("fsdp", True):
+            for p in m.parameters():
+                dist.all_reduce(p.grad)
+                p.grad.div_(dist.get_world_size())
+        grad_types = sorted({type(getattr(p.grad, "_local_tensor", p.grad)).__name__ for p in m.parameters()})
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if precompute:
+            precompute_float8_dynamic_scale_for_fsdp(m)
+        losses.append(loss.item())
+        per_step_ar.append(counter.max_allreduce - before)
+    counter.restore()
+    return {"losses": losses, "per_step_max_allreduce": per_step_ar, "ag_bytes": counter.ag_bytes,
+            "recorded": recorded, "full": full, "grad_types": grad_types}
+
+
+def exact_vs_quantize_after_gather(res, recipe, gran):
+    from titan_fp8.float8.expert_weights import compact_scale, local_group_amax, quantize_expert_weight
+    out = {}
+    for name, rec in res["recorded"].items():
+        w = res["full"][name]
+        ops = quantize_expert_weight(w, recipe, gran, "fwd")
+        scale = compact_scale(local_group_amax(w, (0, 0, 0), w.shape, recipe), recipe)
+        out[name] = (rec["shape"] == tuple(w.shape)
+                     and torch.equal(rec["data"], ops.fwd_data.view(torch.uint8))
+                     and torch.equal(rec["scale"].view(torch.uint8), scale.view(torch.uint8)))
+    return out
+
+
+RECIPES = [("fp8_rowwise", None), ("mxfp8", "mx128"), ("mxfp8", "mx32")]
+
+
+def main(rank, world, init_file, out_dir):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    results = {}
+    for recipe, gran in RECIPES:
+        key = recipe if gran is None else f"{recipe}:{gran}"
+        r = {}
+        # bytes at the collective: float8 vs bf16 all-gather of the same expert-only model (bf16 mixed precision)
+        r["bytes_fp8"] = train(recipe, gran, 4, True, steps=1, param_dtype=torch.bfloat16)["ag_bytes"]
+        r["bytes_bf16"] = train(recipe, gran, 4, False, steps=1, param_dtype=torch.bfloat16)["ag_bytes"]
+        # gathered == quantize-after-gather: whole experts per rank (scales travel), 1 expert over 2 ranks
+        # (one empty shard), Shard(1) (rows of every expert, hence tiles, split across ranks)
+        for case, kw in (("even", dict(E=4)), ("one_expert", dict(E=1)), ("shard1", dict(E=2, shard1=True))):
+            res = train(recipe, gran, kw.pop("E"), True, record=True, **kw)
+            r[f"exact_{case}"] = exact_vs_quantize_after_gather(res, recipe, gran)
+            r[f"losses_{case}"] = res["losses"]
+            r[f"ar_{case}"] = res["per_step_max_allreduce"]
+            r[f"grad_types_{case}"] = res["grad_types"]
+            ref = train(recipe, gran, {"even": 4, "one_expert": 1, "shard1": 2}[case], False, fsdp=False)
+            r[f"losses_ref_{case}"] = ref["losses"]
+        # ONE AMAX all-reduce per step for tensorwise Linears + experts whose groups straddle shards
+        for case, kw in (("shard1", dict(E=2, shard1=True)), ("one_expert", dict(E=1)), ("even", dict(E=4))):
+            for pre in (True, False):
+                res = train(recipe, gran, kw["E"], True, linears=True, precompute=pre, steps=3,
+                            **{k: v for k, v in kw.items() if k != "E"})
+                r[f"ar_linears_{case}_{'pre' if pre else 'nopre'}"] = res["per_step_max_allreduce"]
+                r[f"losses_linears_{case}_{'pre' if pre else 'nopre'}"] = res["losses"]
+            r[f"losses_linears_{case}_noag"] = train(recipe, gran, kw["E"], False, linears=True, steps=3)["losses"]
+        results[key] = r
+    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    import torch.multiprocessing as mp
+    out_dir = sys.argv[1]
+    mp.spawn(main, args=(2, os.path.join(out_dir, "init"), out_dir), nprocs=2, join=True)
