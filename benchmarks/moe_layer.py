@@ -11,6 +11,7 @@ is about the routed experts). Variants of the SAME layer (deep copies, same weig
   fp8_rowwise     Float8GroupedExperts (fused op; torch._scaled_grouped_mm)
   mxfp8_mx128     Float8GroupedExperts, mxfp8 "mx128" (kernels.grouped_gemm)
   mxfp8_mx32      Float8GroupedExperts, mxfp8 "mx32"
+  <ours>@ref      (optional) the same with kernels.moe's plain PyTorch ops (inductor) instead of its Triton kernels
 Timing: CUDA events around each fwd+bwd step, `--iters` steps per variant per round, variants interleaved over
 `--rounds` rounds after warm-up; median over all steps. Memory: peak allocated during a step above what was
 allocated before it (parameters of every variant stay resident; their gradients are freed before each step, so
@@ -91,9 +92,14 @@ def build_variant(base: MoE, name: str, emulate: bool) -> MoE:
         moe.token_group_align = 16  # its fp8 wgrad needs groups in multiples of 16
         return moe
     from titan_fp8.float8.experts import Float8GroupedExperts
+    base_name, _, act = name.partition("@")  # "<variant>@ref": kernels.moe's torch-op references (inductor)
     recipe, gran = {"fp8_rowwise": ("fp8_rowwise", None), "mxfp8_mx128": ("mxfp8", "mx128"),
-                    "mxfp8_mx32": ("mxfp8", "mx32")}[name]
+                    "mxfp8_mx32": ("mxfp8", "mx32"), "mxfp8_mx32_plain": ("mxfp8", "mx32_plain")}[base_name]
     moe.experts = Float8GroupedExperts.from_grouped_experts(moe.experts, _Cfg(recipe, gran, emulate))
+    if act == "ref":
+        moe.experts.act_backend = "reference"
+    elif act:
+        raise ValueError(f"variant {name!r}: unknown suffix @{act}; allowed: @ref")
     moe.token_group_align = moe.experts.token_group_align
     return moe
 
