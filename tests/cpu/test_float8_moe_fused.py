@@ -24,7 +24,7 @@ from titan_fp8.float8.experts import (
     make_fused_spec,
     make_mxfp8_grouped_mm,
 )
-from titan_fp8.float8.expert_weights_local import expert_weight_operands
+from titan_fp8.float8.expert_weights import expert_weight_operands
 from titan_fp8.models.moe import DispatchPlan, GroupedExperts, dispatch_plan
 
 D, H, E = 128, 256, 4

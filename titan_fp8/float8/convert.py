@@ -72,7 +72,7 @@ def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=Non
     straddle two experts)."""
     from titan_fp8.models.moe import MoE
 
-    from . import experts as experts_mod
+    from .experts import Float8GroupedExperts
 
     block = config.moe_block
     what = (f"moe_recipe_name={config.moe_recipe_name!r}" + (f", moe_granularity={config.moe_granularity!r}"
@@ -91,16 +91,7 @@ def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=Non
             key = "moe_granularity" if config.moe_recipe_name == "mxfp8" else "moe_recipe_name"
             raise ValueError(f"{key}: {efqn} cannot run {what}: its weights' out/in dims must be multiples of "
                              f"{block}: {', '.join(bad)}; exclude it with filter_fqns=[..., 'experts']")
-        if hasattr(experts_mod, "Float8GroupedExperts"):
-            ex = experts_mod.Float8GroupedExperts.from_grouped_experts(ex, config)
-        elif config.moe_recipe_name == "mxfp8":
-            # until the fused float8 expert module lands: the MXFP8 grouped GEMM inside the bf16 path
-            ex.mm = experts_mod.make_mxfp8_grouped_mm(config.moe_granularity,
-                                                      backend="emulated" if config.emulate else "auto")
-            ex.float8_granularity = config.moe_granularity
-        else:
-            raise ValueError(f"moe_recipe_name: {config.moe_recipe_name!r} needs "
-                             f"titan_fp8.float8.experts.Float8GroupedExperts, which this build does not have")
+        ex = Float8GroupedExperts.from_grouped_experts(ex, config)
         if config.enable_fsdp_float8_all_gather:
             wrap_expert_weights_for_all_gather(ex, config)
         moe.experts = ex

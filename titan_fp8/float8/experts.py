@@ -53,7 +53,7 @@ from kernels.grouped_gemm.quant import to_mxfp8_blocked
 from kernels.mxfp8 import from_mxfp8
 from titan_fp8.models.moe import GroupedExperts, _row_group
 
-from .expert_weights_local import expert_weight_operands  # contract 1 (helper A's expert_weights.py replaces it)
+from .expert_weights import expert_weight_operands  # contract 1
 
 __all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm", "MOE_RECIPES",
            "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts"]
