@@ -116,3 +116,17 @@ def test_float8_all_gather_wraps_expert_weights_and_checkpoints_stay_plain():
         assert torch.equal(a, b)
     net.load_state_dict(plain.state_dict())
     assert net.moe.experts._float8_expert_amax == {}
+
+
+def test_check_float8_all_gather_covers_expert_weights():
+    from titan_fp8.float8 import check_float8_all_gather
+    from titan_fp8.float8.convert import wrap_expert_weights_for_all_gather
+    cfg = Float8Config(moe_recipe_name="mxfp8", emulate=True, enable_fsdp_float8_all_gather=True)
+    net = convert_to_float8_training(Net(), cfg)
+    for world in (1, 2, 3, 8):  # any number of ranks: straddling scale groups take the one all-reduce
+        check_float8_all_gather(net, world)
+    plain = Net()
+    wrap_expert_weights_for_all_gather(plain.moe.experts, cfg)  # float8-gathered, but run by bf16 experts
+    with pytest.raises(ValueError, match=r"^enable_fsdp_float8_all_gather: expert weights moe.experts.w13, "
+                                         r"moe.experts.w2 "):
+        check_float8_all_gather(plain, 2)

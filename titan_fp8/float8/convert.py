@@ -137,8 +137,9 @@ def _stamp_scale_group(model: nn.Module) -> None:
 
 
 def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
-    """Start-up check (call in parallelize, before the first step): every float8-all-gather weight can be gathered
-    as configured over `world_size` FSDP shards; raises ValueError naming the layer otherwise."""
+    """Start-up check (call in parallelize, before the first step): every float8-all-gather weight (Linear and
+    expert) can be gathered as configured over `world_size` FSDP shards; raises ValueError naming the layer
+    otherwise."""
     bad = []
     for fqn, mod in model.named_modules():
         if not isinstance(mod, Float8Linear) or not mod.float8_config.enable_fsdp_float8_all_gather:
@@ -150,3 +151,15 @@ def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
         raise ValueError(f"enable_fsdp_float8_all_gather: with recipe 'mxfp8' every FSDP shard must hold a multiple "
                          f"of 32 rows (32x32 tiles must not straddle shards); over {world_size} ranks these do not: "
                          f"{', '.join(bad)}")
+    # Expert weights gather over any number of ranks and shard placements (scale groups that straddle shards
+    # take the one AMAX all-reduce), so only their pairing with a float8 expert module can be wrong.
+    from .expert_weights import Float8ExpertWeight
+    from .experts import Float8GroupedExperts
+    bad = [f"{fqn}.{n}" for fqn, mod in model.named_modules() for n, p in mod.named_parameters(recurse=False)
+           if isinstance(getattr(p, "_local_tensor", p), Float8ExpertWeight)
+           and (not isinstance(mod, Float8GroupedExperts) or mod.moe_recipe != p._config.moe_recipe_name
+                or p._config.moe_granularity == "mx32_plain")]
+    if bad:
+        raise ValueError(f"enable_fsdp_float8_all_gather: expert weights {', '.join(bad)} would be gathered in float8 "
+                         f"but are not run by a Float8GroupedExperts of the same moe_recipe_name (or use "
+                         f"'mx32_plain'); convert them with convert_to_float8_training")

@@ -281,6 +281,16 @@ def _shard_layout(param: Tensor, local: Tensor, world: int, rank: int):
     return dim, tuple(offset)
 
 
+def _shard_world_rank(param: Tensor) -> tuple[int, int]:
+    """(ranks, this rank) of the mesh dim that shards `param` (HSDP: the shard dim, not the whole mesh)."""
+    from torch.distributed.tensor import Shard
+    mesh = param.device_mesh
+    for i, p in enumerate(param.placements):
+        if isinstance(p, Shard):
+            return mesh.size(i), mesh.get_local_rank(i)
+    return 1, 0
+
+
 def scales_travel(shape, shard_dim: int, world: int) -> bool:
     """True when every rank's shard holds whole scale groups and FSDP2 lets the compact scales ride the
     all-gather (Shard(0), whole experts, even split); False: the groups' amax join the one all-reduce."""
@@ -312,15 +322,15 @@ class Float8ExpertWeight(Float8TrainingWeight):
 
     # ---------------------------------------------------------------------------- the one AMAX all-reduce
     def needs_amax_all_reduce(self, param: Tensor) -> bool:
-        mesh = getattr(param, "device_mesh", None)
-        if mesh is None:
+        if getattr(param, "device_mesh", None) is None:
             return False
-        dim, _ = _shard_layout(param, self._tensor, mesh.size(), 0)
-        return not scales_travel(param.shape, dim, mesh.size())
+        world, _ = _shard_world_rank(param)
+        dim, _ = _shard_layout(param, self._tensor, world, 0)
+        return not scales_travel(param.shape, dim, world)
 
     def local_amax(self, param: Tensor) -> Tensor:
-        mesh = param.device_mesh
-        _, offset = _shard_layout(param, self._tensor, mesh.size(), mesh.get_local_rank())
+        world, rank = _shard_world_rank(param)
+        _, offset = _shard_layout(param, self._tensor, world, rank)
         return local_group_amax(self._tensor, offset, param.shape, self._config.moe_recipe_name).reshape(-1)
 
     def store_global_amax(self, module, param: Tensor, amax: Tensor, generation: int) -> None:
