@@ -15,8 +15,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+HERE = os.path.dirname(os.path.abspath(__file__))
+for _p in (ROOT, HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from float8_fsdp_worker import Counter  # noqa: E402  (bytes at FSDP2's all-gather entry points, MAX all-reduces)
 
 # w13 [E, 192, 192], w2 [E, 192, 96]: several 128x128 tiles per expert, partial edge tiles, and with Shard(1)
 # (96 rows per rank) tiles that straddle the two shards
@@ -97,35 +101,6 @@ class Net(nn.Module):
         for b in self.layers:
             x = b(x)
         return x.float().pow(2).mean()
-
-
-class Counter:
-    """bytes handed to all-gathers (both entry points FSDP2 may use) and MAX all-reduces."""
-
-    def __init__(self):
-        self.ag_bytes = 0
-        self.max_allreduce = 0
-        self._orig = {}
-        for name in ("all_gather_into_tensor", "all_gather_single", "all_reduce"):
-            if hasattr(dist, name):
-                self._orig[name] = getattr(dist, name)
-                setattr(dist, name, self._wrap(name, self._orig[name]))
-
-    def _wrap(self, name, fn):
-        def wrapped(*args, **kwargs):
-            if name == "all_reduce":
-                op = kwargs.get("op", args[1] if len(args) > 1 else dist.ReduceOp.SUM)
-                if op == dist.ReduceOp.MAX:
-                    self.max_allreduce += 1
-            else:
-                inp = kwargs.get("input_tensor", args[1] if len(args) > 1 else None)
-                self.ag_bytes += inp.numel() * inp.element_size()
-            return fn(*args, **kwargs)
-        return wrapped
-
-    def restore(self):
-        for name, fn in self._orig.items():
-            setattr(dist, name, fn)
 
 
 def build(recipe, gran, E, ag, fsdp=True, linears=False, shard1=False, precompute=False, param_dtype=None):
