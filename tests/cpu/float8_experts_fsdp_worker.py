@@ -15,8 +15,12 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+HERE = os.path.dirname(os.path.abspath(__file__))
+for _p in (ROOT, HERE):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+from float8_fsdp_worker import Counter  # noqa: E402  (bytes at FSDP2's all-gather entry points, MAX all-reduces)
 
 # w13 [E, 192, 192], w2 [E, 192, 96]: several 128x128 tiles per expert, partial edge tiles, and with Shard(1)
 # (96 rows per rank) tiles that straddle the two shards
@@ -31,7 +35,7 @@ def dequant_fwd(ops, recipe):
 def dequant_bwd(ops, recipe):
     """[E, K, N] decoded from the dgrad operands."""
     if recipe == "fp8_rowwise":
-        return ops.bwd_data.float() * ops.bwd_scale.unsqueeze(-1)
+        return ops.bwd_data.float() / ops.bwd_scale.unsqueeze(-1)
     from kernels.mxfp8 import from_mxfp8
     return from_mxfp8(ops.bwd_data, ops.bwd_scale.transpose(1, 2).contiguous(), -1, torch.float32)
 
@@ -97,35 +101,6 @@ class Net(nn.Module):
         for b in self.layers:
             x = b(x)
         return x.float().pow(2).mean()
-
-
-class Counter:
-    """bytes handed to all-gathers (both entry points FSDP2 may use) and MAX all-reduces."""
-
-    def __init__(self):
-        self.ag_bytes = 0
-        self.max_allreduce = 0
-        self._orig = {}
-        for name in ("all_gather_into_tensor", "all_gather_single", "all_reduce"):
-            if hasattr(dist, name):
-                self._orig[name] = getattr(dist, name)
-                setattr(dist, name, self._wrap(name, self._orig[name]))
-
-    def _wrap(self, name, fn):
-        def wrapped(*args, **kwargs):
-            if name == "all_reduce":
-                op = kwargs.get("op", args[1] if len(args) > 1 else dist.ReduceOp.SUM)
-                if op == dist.ReduceOp.MAX:
-                    self.max_allreduce += 1
-            else:
-                inp = kwargs.get("input_tensor", args[1] if len(args) > 1 else None)
-                self.ag_bytes += inp.numel() * inp.element_size()
-            return fn(*args, **kwargs)
-        return wrapped
-
-    def restore(self):
-        for name, fn in self._orig.items():
-            setattr(dist, name, fn)
 
 
 def build(recipe, gran, E, ag, fsdp=True, linears=False, shard1=False, precompute=False, param_dtype=None):
@@ -220,6 +195,60 @@ def exact_vs_quantize_after_gather(res, recipe, gran):
 RECIPES = [("fp8_rowwise", None), ("mxfp8", "mx128"), ("mxfp8", "mx32")]
 
 
+class MoEBlock(nn.Module):
+    def __init__(self, E):
+        super().__init__()
+        from titan_fp8.models.moe import MoE, MoEArgs
+        self.proj = nn.Linear(128, 128, bias=False)
+        self.moe = MoE(128, MoEArgs(num_experts=E, top_k=min(2, E), hidden_dim=128, load_balance="none"))
+        self.moe.init_weights(0.05)
+
+    def forward(self, x):
+        x = x + self.proj(x)
+        return x + self.moe(x)
+
+
+def moe_train(recipe, gran, E, ag, precompute=False, steps=3):
+    """The real float8 expert module (Float8GroupedExperts from convert_to_float8_training, emulated) under
+    FSDP2 with tensorwise Linears."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from titan_fp8.float8 import Float8Config, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp
+
+    torch.manual_seed(0)
+    m = nn.Sequential(*[MoEBlock(E) for _ in range(2)])
+    cfg = Float8Config(recipe_name="tensorwise", emulate=True, moe_recipe_name=recipe, moe_granularity=gran,
+                       enable_fsdp_float8_all_gather=ag, precompute_float8_dynamic_scale_for_fsdp=precompute)
+    convert_to_float8_training(m, cfg)
+    seen = set()
+    for b in m:
+        b.moe.register_forward_pre_hook(lambda mod, args: seen.add(
+            (type(mod.experts).__name__, type(mod.experts.w13).__name__, type(mod.experts.w2).__name__)))
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    for b in m:
+        fully_shard(b, mesh=mesh)
+    fully_shard(m, mesh=mesh)
+    opt = torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=True)
+    counter = Counter()
+    if precompute:
+        precompute_float8_dynamic_scale_for_fsdp(m)
+    losses, per_step = [], []
+    for step in range(steps):
+        before = counter.max_allreduce
+        g = torch.Generator().manual_seed(77 + 5 * step + dist.get_rank())
+        loss = m(torch.randn(1, 64, 128, generator=g)).float().pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if precompute:
+            precompute_float8_dynamic_scale_for_fsdp(m)
+        losses.append(loss.item())
+        per_step.append(counter.max_allreduce - before)
+    counter.restore()
+    return {"losses": losses, "per_step_max_allreduce": per_step, "seen": sorted(seen)}
+
+
 def main(rank, world, init_file, out_dir):
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
@@ -248,6 +277,11 @@ def main(rank, world, init_file, out_dir):
                 r[f"ar_linears_{case}_{'pre' if pre else 'nopre'}"] = res["per_step_max_allreduce"]
                 r[f"losses_linears_{case}_{'pre' if pre else 'nopre'}"] = res["losses"]
             r[f"losses_linears_{case}_noag"] = train(recipe, gran, kw["E"], False, linears=True, steps=3)["losses"]
+        # the real fused expert module: float8-gathered vs bf16-gathered weights give the same training
+        for E in (4, 1):
+            r[f"moe_{E}_pre"] = moe_train(recipe, gran, E, True, precompute=True)
+            r[f"moe_{E}_nopre"] = moe_train(recipe, gran, E, True)
+            r[f"moe_{E}_noag"] = moe_train(recipe, gran, E, False)
         results[key] = r
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.barrier()

@@ -188,3 +188,17 @@ def test_float8_all_gather_that_cannot_be_honoured_is_a_start_up_config_error():
         build_model(cfg, torch.device("cpu"), lambda *a: None)
     ok = load_config("train_configs/debug_moe.toml", overrides, world_size=1)  # 32 rows in one shard: fine
     build_model(ok, torch.device("cpu"), lambda *a: None)
+
+
+def test_expert_dims_that_do_not_fit_the_moe_granularity_are_a_start_up_config_error():
+    import torch
+
+    from titan_fp8.config import ConfigError, load_config
+    from titan_fp8.train.trainer import build_model
+
+    over = ["--float8.enable", "--float8.moe_recipe_name=mxfp8", "--float8.emulate"]
+    cfg = load_config("train_configs/debug_moe.toml", over, world_size=1)  # debug experts: dims 64, tiles 128
+    with pytest.raises(ConfigError, match=r"debug_moe.toml: \[float8\] moe_granularity: layers.1.moe.experts .*128"):
+        build_model(cfg, torch.device("cpu"), lambda *a: None)
+    ok = load_config("train_configs/debug_moe.toml", over + ["--float8.moe_granularity=mx32"], world_size=1)
+    build_model(ok, torch.device("cpu"), lambda *a: None)

@@ -62,13 +62,13 @@ def test_fp8_rowwise_one_scale_per_expert_is_the_rowwise_rule(dtype):
     # the rowwise Linear's cast of each expert flattened to one row: same bytes, same power-of-two scale
     rd, rs, _ = to_float8_rowwise_reference(w.reshape(4, -1))
     assert same(ops.fwd_data.reshape(4, -1), rd)
-    assert torch.equal(ops.fwd_scale, (1 / rs).expand(4, 48)) and ops.fwd_scale.dtype == torch.float32
-    assert torch.equal(ops.bwd_scale, (1 / rs).expand(4, 32))
+    assert torch.equal(ops.fwd_scale, rs.expand(4, 48)) and ops.fwd_scale.dtype == torch.float32
+    assert torch.equal(ops.bwd_scale, rs.expand(4, 32))
     assert same(ops.bwd_data, ops.fwd_data.transpose(1, 2)) and ops.bwd_data.is_contiguous()
     # decode error against float64: e4m3 relative precision 2^-4 (subnormals / zeros absolute)
-    deq = ops.fwd_data.double() * ops.fwd_scale.double().unsqueeze(-1)
+    deq = ops.fwd_data.double() / ops.fwd_scale.double().unsqueeze(-1)
     ref = w.double()
-    assert torch.all((deq - ref).abs() <= ref.abs() * 2**-4 + ops.fwd_scale.double().unsqueeze(-1) * 2**-9)
+    assert torch.all((deq - ref).abs() <= ref.abs() * 2**-4 + 2**-9 / ops.fwd_scale.double().unsqueeze(-1))
 
 
 def test_nonfinite_expert_is_nan_not_silently_finite():
@@ -117,3 +117,49 @@ def test_cached_once_per_optimizer_step_and_on_in_place_change():
 def test_bad_arguments_are_one_line_errors(args, match):
     with pytest.raises(ValueError, match=match):
         quantize_expert_weight(torch.zeros(1, 32, 32), *args)
+
+
+@pytest.mark.parametrize("recipe, gran", [("mxfp8", "mx128"), ("fp8_rowwise", None)])
+def test_gathered_weight_is_a_parameter_autograd_and_torch_compile_see_through(recipe, gran):
+    """The object FSDP2's post-all-gather builds: an nn.Parameter whose gradient comes back as a plain tensor of
+    its dtype, traced by torch.compile(fullgraph=True) through __tensor_flatten__ / __tensor_unflatten__."""
+    from titan_fp8.float8.expert_weights import (
+        Float8GatheredExpertWeight,
+        dequantize_operands,
+        operands_from_compact,
+        quantize_whole,
+    )
+
+    w = weight(2, 256, 128)
+    data, scale = quantize_whole(w, recipe)
+    p = torch.nn.Parameter(Float8GatheredExpertWeight(data, scale, recipe, gran, torch.float32))
+    ref_ops = quantize_expert_weight(w, recipe, gran)
+    got = expert_weight_operands(p, recipe, gran)
+    for a, b in zip(got, ref_ops):
+        assert same(a, b) and a.stride() == b.stride()
+    assert expert_weight_operands(p, recipe, gran, which="fwd").bwd_data is None
+
+    class MM(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            ctx.save_for_backward(x, w)
+            ops = expert_weight_operands(w, recipe, gran, which="fwd")
+            return torch.bmm(x, dequantize_operands(ops, recipe).transpose(1, 2))
+
+        @staticmethod
+        def backward(ctx, d):
+            x, w = ctx.saved_tensors
+            ops = expert_weight_operands(w, recipe, gran, which="bwd")
+            wt = operands_from_compact(ops.bwd_data.transpose(1, 2).contiguous(), w._scale, recipe, "fwd")
+            return torch.bmm(d, dequantize_operands(wt, recipe)), torch.bmm(d.transpose(1, 2), x)
+
+    def f(x, w):
+        return MM.apply(x, w).sum()
+
+    x = torch.randn(2, 8, 128, requires_grad=True)
+    f(x, p).backward()
+    g_eager, gx_eager = p.grad, x.grad
+    assert type(g_eager) is torch.Tensor and g_eager.dtype == torch.float32 and g_eager.shape == p.shape
+    p.grad = x.grad = None
+    torch.compile(f, fullgraph=True, backend="aot_eager")(x, p).backward()
+    assert torch.equal(p.grad, g_eager) and torch.equal(x.grad, gx_eager)

@@ -72,7 +72,7 @@ def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=Non
     straddle two experts)."""
     from titan_fp8.models.moe import MoE
 
-    from . import experts as experts_mod
+    from .experts import Float8GroupedExperts
 
     block = config.moe_block
     what = (f"moe_recipe_name={config.moe_recipe_name!r}" + (f", moe_granularity={config.moe_granularity!r}"
@@ -91,16 +91,7 @@ def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=Non
             key = "moe_granularity" if config.moe_recipe_name == "mxfp8" else "moe_recipe_name"
             raise ValueError(f"{key}: {efqn} cannot run {what}: its weights' out/in dims must be multiples of "
                              f"{block}: {', '.join(bad)}; exclude it with filter_fqns=[..., 'experts']")
-        if hasattr(experts_mod, "Float8GroupedExperts"):
-            ex = experts_mod.Float8GroupedExperts.from_grouped_experts(ex, config)
-        elif config.moe_recipe_name == "mxfp8":
-            # until the fused float8 expert module lands: the MXFP8 grouped GEMM inside the bf16 path
-            ex.mm = experts_mod.make_mxfp8_grouped_mm(config.moe_granularity,
-                                                      backend="emulated" if config.emulate else "auto")
-            ex.float8_granularity = config.moe_granularity
-        else:
-            raise ValueError(f"moe_recipe_name: {config.moe_recipe_name!r} needs "
-                             f"titan_fp8.float8.experts.Float8GroupedExperts, which this build does not have")
+        ex = Float8GroupedExperts.from_grouped_experts(ex, config)
         if config.enable_fsdp_float8_all_gather:
             wrap_expert_weights_for_all_gather(ex, config)
         moe.experts = ex
@@ -146,8 +137,9 @@ def _stamp_scale_group(model: nn.Module) -> None:
 
 
 def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
-    """Start-up check (call in parallelize, before the first step): every float8-all-gather weight can be gathered
-    as configured over `world_size` FSDP shards; raises ValueError naming the layer otherwise."""
+    """Start-up check (call in parallelize, before the first step): every float8-all-gather weight (Linear and
+    expert) can be gathered as configured over `world_size` FSDP shards; raises ValueError naming the layer
+    otherwise."""
     bad = []
     for fqn, mod in model.named_modules():
         if not isinstance(mod, Float8Linear) or not mod.float8_config.enable_fsdp_float8_all_gather:
@@ -159,3 +151,15 @@ def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
         raise ValueError(f"enable_fsdp_float8_all_gather: with recipe 'mxfp8' every FSDP shard must hold a multiple "
                          f"of 32 rows (32x32 tiles must not straddle shards); over {world_size} ranks these do not: "
                          f"{', '.join(bad)}")
+    # Expert weights gather over any number of ranks and shard placements (scale groups that straddle shards
+    # take the one AMAX all-reduce), so only their pairing with a float8 expert module can be wrong.
+    from .expert_weights import Float8ExpertWeight
+    from .experts import Float8GroupedExperts
+    bad = [f"{fqn}.{n}" for fqn, mod in model.named_modules() for n, p in mod.named_parameters(recurse=False)
+           if isinstance(getattr(p, "_local_tensor", p), Float8ExpertWeight)
+           and (not isinstance(mod, Float8GroupedExperts) or mod.moe_recipe != p._config.moe_recipe_name
+                or p._config.moe_granularity == "mx32_plain")]
+    if bad:
+        raise ValueError(f"enable_fsdp_float8_all_gather: expert weights {', '.join(bad)} would be gathered in float8 "
+                         f"but are not run by a Float8GroupedExperts of the same moe_recipe_name (or use "
+                         f"'mx32_plain'); convert them with convert_to_float8_training")

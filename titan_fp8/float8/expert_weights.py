@@ -7,9 +7,9 @@ Contract 1 (consumed by titan_fp8.float8.experts): for ONE expert weight w [E, N
       fprop: out[g] = x[g] @ w[e]^T reads (fwd_data, fwd_scale); dgrad: dx[g] = dout[g] @ w[e] reads
       (bwd_data, bwd_scale).
 
-Every scale here is a DECODE factor (w ~ data * scale), which is what torch._scaled_grouped_mm multiplies
-by and what an E8M0 byte means; the project's quantization scales (scaling.py: data = w * scale) are their
-reciprocals, exact because they are powers of two.
+Scale conventions: fp8_rowwise scales follow the project's (scaling.py: data = w * scale, w ~ data / scale;
+powers of two, so the reciprocal torch._scaled_grouped_mm multiplies by is exact); mxfp8 scales are E8M0
+bytes (w ~ data * 2^(byte - 127)), as kernels.mxfp8 defines them.
 
 Scale groups, and why:
   fp8_rowwise   ONE power-of-two scale per expert (amax -> scale: scaling.amax_to_scale, round_to_pow2,
@@ -74,7 +74,7 @@ MX_BLOCK = 32
 class ExpertOperands(NamedTuple):
     """What the two GEMM directions read of one 3-D expert weight w [E, N, K] (module docstring)."""
     fwd_data: Optional[Tensor]   # float8_e4m3fn [E, N, K] contiguous
-    fwd_scale: Optional[Tensor]  # fp8_rowwise fp32 [E, N]; mxfp8 uint8 E8M0 [E, N, K/32]
+    fwd_scale: Optional[Tensor]  # fp8_rowwise fp32 [E, N] (data = w * scale); mxfp8 uint8 E8M0 [E, N, K/32]
     bwd_data: Optional[Tensor]   # float8_e4m3fn [E, K, N] contiguous
     bwd_scale: Optional[Tensor]  # fp8_rowwise fp32 [E, K]; mxfp8 uint8 E8M0 [E, N/32, K] (view)
 
@@ -157,9 +157,9 @@ def quantize_part(w: Tensor, offset: tuple, full_shape, group_amax: Tensor, moe_
 
 
 def compact_scale(group_amax: Tensor, moe_recipe: str) -> Tensor:
-    """Compact decode scales of the groups: fp32 [E] (fp8_rowwise) or uint8 E8M0 tiles [E, Nt, Kt]."""
+    """Compact scales of the groups: fp32 [E] (fp8_rowwise, data = w * scale) or uint8 E8M0 tiles [E, Nt, Kt]."""
     if moe_recipe == "fp8_rowwise":
-        return amax_to_scale(group_amax, E4M3, round_to_pow2=True).reciprocal()
+        return amax_to_scale(group_amax, E4M3, round_to_pow2=True)
     t = group_amax.unsqueeze(-1)
     _, s = _quantize_blocks(t.new_zeros(t.shape), group_amax, ~torch.isfinite(group_amax))
     return s
@@ -209,10 +209,21 @@ def quantize_expert_weight(w: Tensor, moe_recipe: str, granularity: Optional[str
             if w.shape[d] % MX_BLOCK:
                 raise ValueError(f"expert_weight_operands: mxfp8 expert weight {tuple(w.shape)}: {name} is not a "
                                  f"multiple of {MX_BLOCK}")
+    data, compact = quantize_whole(w, moe_recipe)
+    return operands_from_compact(data, compact, moe_recipe, which)
+
+
+def quantize_whole(w: Tensor, moe_recipe: str) -> tuple[Tensor, Tensor]:
+    """(fprop bytes [E, N, K], compact scales) of a whole weight (or a shard holding whole scale groups).
+    CUDA mxfp8: the one-read Triton quantizer (kernels/grouped_gemm/quant_triton.py, bit-identical to
+    to_mxfp8_blocked); elsewhere the plain PyTorch groups of quantize_part."""
+    if moe_recipe == "mxfp8" and w.is_cuda and w.numel():
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+        data, scale = to_mxfp8_blocked_rowcol(w, row_block=WEIGHT_TILE, row_tile=WEIGHT_TILE, do_col=False)[:2]
+        return data, scale[:, ::WEIGHT_TILE, ::WEIGHT_TILE // MX_BLOCK].contiguous()
     origin = (0, 0, 0)
     amax = local_group_amax(w, origin, w.shape, moe_recipe)
-    data = quantize_part(w, origin, w.shape, amax, moe_recipe)
-    return operands_from_compact(data, compact_scale(amax, moe_recipe), moe_recipe, which)
+    return quantize_part(w, origin, w.shape, amax, moe_recipe), compact_scale(amax, moe_recipe)
 
 
 _CACHE_ATTR = "_float8_expert_operands"
@@ -229,6 +240,8 @@ def expert_weight_operands(w: Tensor, moe_recipe: str, granularity: Optional[str
             raise ValueError(f"expert_weight_operands: the gathered weight was quantized for "
                              f"({w._moe_recipe!r}, {w._granularity!r}), asked for ({moe_recipe!r}, {granularity!r})")
         return operands_from_compact(w._data, w._scale, moe_recipe, which)
+    if isinstance(w, Float8TrainingWeight):  # float8-all-gather parameter used without FSDP2
+        w = w._tensor
     if torch.compiler.is_compiling():
         return quantize_expert_weight(w, moe_recipe, granularity, which)
     key = (_OPTIMIZER_GENERATION[0], w._version, w.data_ptr(), tuple(w.shape), w.dtype, moe_recipe, granularity)
@@ -246,7 +259,7 @@ def expert_weight_operands(w: Tensor, moe_recipe: str, granularity: Optional[str
 def dequantize_operands(ops: ExpertOperands, moe_recipe: str, dtype=torch.float32) -> Tensor:
     """The fprop operand decoded to `dtype` [E, N, K] (emulation and tests)."""
     if moe_recipe == "fp8_rowwise":
-        return (ops.fwd_data.to(torch.float32) * ops.fwd_scale.unsqueeze(-1)).to(dtype)
+        return (ops.fwd_data.to(torch.float32) / ops.fwd_scale.unsqueeze(-1)).to(dtype)
     E, N, K = ops.fwd_data.shape
     f = e8m0_to_fp32(ops.fwd_scale).repeat_interleave(MX_BLOCK, -1)
     return (ops.fwd_data.to(torch.float32) * f).to(dtype)
@@ -266,6 +279,16 @@ def _shard_layout(param: Tensor, local: Tensor, world: int, rank: int):
     offset = [0, 0, 0]
     offset[dim] = min(rank * chunk, full)
     return dim, tuple(offset)
+
+
+def _shard_world_rank(param: Tensor) -> tuple[int, int]:
+    """(ranks, this rank) of the mesh dim that shards `param` (HSDP: the shard dim, not the whole mesh)."""
+    from torch.distributed.tensor import Shard
+    mesh = param.device_mesh
+    for i, p in enumerate(param.placements):
+        if isinstance(p, Shard):
+            return mesh.size(i), mesh.get_local_rank(i)
+    return 1, 0
 
 
 def scales_travel(shape, shard_dim: int, world: int) -> bool:
@@ -299,15 +322,15 @@ class Float8ExpertWeight(Float8TrainingWeight):
 
     # ---------------------------------------------------------------------------- the one AMAX all-reduce
     def needs_amax_all_reduce(self, param: Tensor) -> bool:
-        mesh = getattr(param, "device_mesh", None)
-        if mesh is None:
+        if getattr(param, "device_mesh", None) is None:
             return False
-        dim, _ = _shard_layout(param, self._tensor, mesh.size(), 0)
-        return not scales_travel(param.shape, dim, mesh.size())
+        world, _ = _shard_world_rank(param)
+        dim, _ = _shard_layout(param, self._tensor, world, 0)
+        return not scales_travel(param.shape, dim, world)
 
     def local_amax(self, param: Tensor) -> Tensor:
-        mesh = param.device_mesh
-        _, offset = _shard_layout(param, self._tensor, mesh.size(), mesh.get_local_rank())
+        world, rank = _shard_world_rank(param)
+        _, offset = _shard_layout(param, self._tensor, world, rank)
         return local_group_amax(self._tensor, offset, param.shape, self._config.moe_recipe_name).reshape(-1)
 
     def store_global_amax(self, module, param: Tensor, amax: Tensor, generation: int) -> None:
@@ -325,9 +348,7 @@ class Float8ExpertWeight(Float8TrainingWeight):
         padded = list(self._tensor.shape)
         padded[dim] = math.ceil(shape[dim] / world)
         if scales_travel(shape, dim, world):
-            amax = local_group_amax(self._tensor, (0, 0, 0), self._tensor.shape, recipe)
-            data = quantize_part(self._tensor, (0, 0, 0), self._tensor.shape, amax, recipe)
-            scale = compact_scale(amax, recipe)
+            data, scale = quantize_whole(self._tensor, recipe)
             if recipe == "fp8_rowwise":
                 scale = scale.view(-1, 1).view(torch.uint8)  # [E/world, 4] bytes: one flat uint8 all-gather
             return (data.view(torch.uint8), scale), (shape, None)

@@ -225,9 +225,9 @@ def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str =
 # except the mxfp8 wgrad-tiled copies (see the activation section). Weights: contract 1,
 # titan_fp8.float8.expert_weights.expert_weight_operands (cached once per optimizer step in eager; under
 # torch.compile inductor fuses the casts; a float8-all-gathered weight brings its own bytes).
-# Scale conventions: activation scales of fp8_rowwise are QUANTIZATION scales (value = data / scale, kernels.moe);
-# expert-weight scales are DECODE factors (value = data * scale, contract 1). torch._scaled_grouped_mm multiplies
-# by decode factors, so the activations' are inverted (powers of two: exact).
+# Scale convention (fp8_rowwise, activations and weights alike): the project's quantization scales (value =
+# data / scale; kernels.moe, contract 1); torch._scaled_grouped_mm multiplies by their reciprocals (powers of two:
+# exact; [E, N]-sized for weights, so the inversion is negligible).
 #   fp8_rowwise rows: fp32 [P], one power-of-two scale per row;
 #   fp8_rowwise token-major: fp32 [E, C], one per (expert group, feature): the only 2d x 2d (grouped K) scale
 #       layout torch._scaled_grouped_mm takes (scale_a [E * N], scale_b [E * K], group-major; torchao 0.18's
@@ -358,20 +358,18 @@ def _masked_grouped_wgrad(dt: Tensor, at: Tensor, offs: Tensor) -> Tensor:
 _EMU = torch.float64  # emulated GEMMs: exact products of the decoded float8 values, one rounding at the end
 
 
-def _rw_decode(q: Tensor, scale: Tensor, decode: bool) -> Tensor:
-    """fp8_rowwise data [.., R, C] with one scale per row [.., R]: activations carry quantization scales
-    (value = data / scale), weights decode factors (value = data * scale; contract 1)."""
-    s = scale.to(_EMU).unsqueeze(-1)
-    return q.to(_EMU) * s if decode else q.to(_EMU) / s
+def _rw_decode(q: Tensor, scale: Tensor) -> Tensor:
+    """fp8_rowwise data [.., R, C] with one quantization scale per row [.., R]: value = data / scale."""
+    return q.to(_EMU) / scale.to(_EMU).unsqueeze(-1)
 
 
 def _f8_fprop(xq, xs, wq, ws, offs, spec: FusedSpec, out_dtype):
     """out[r] = x[r] @ w[e]^T; xq [P, K], wq [E, N, K] (contract 1's fwd operand)."""
     if spec.recipe == "fp8_rowwise":
         if spec.emulated:
-            return _masked_grouped_matmul(_rw_decode(xq, xs, False), _rw_decode(wq, ws, True).transpose(1, 2),
+            return _masked_grouped_matmul(_rw_decode(xq, xs), _rw_decode(wq, ws).transpose(1, 2),
                                           offs).to(out_dtype)
-        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), xs.reciprocal(), ws, offs=offs,
+        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), xs.reciprocal(), ws.reciprocal(), offs=offs,
                                         out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
     g = spec.g
     if spec.emulated:
@@ -386,9 +384,9 @@ def _f8_dgrad(dq, ds, wtq, wts, offs, spec: FusedSpec, out_dtype):
     """dx[r] = dout[r] @ w[e]; dq [P, N], wtq [E, K, N] (contract 1's bwd operand: w^T) with its scale."""
     if spec.recipe == "fp8_rowwise":
         if spec.emulated:
-            return _masked_grouped_matmul(_rw_decode(dq, ds, False), _rw_decode(wtq, wts, True).transpose(1, 2),
+            return _masked_grouped_matmul(_rw_decode(dq, ds), _rw_decode(wtq, wts).transpose(1, 2),
                                           offs).to(out_dtype)
-        return torch._scaled_grouped_mm(dq, wtq.transpose(-2, -1), ds.reciprocal(), wts, offs=offs,
+        return torch._scaled_grouped_mm(dq, wtq.transpose(-2, -1), ds.reciprocal(), wts.reciprocal(), offs=offs,
                                         out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
     g = spec.g
     wn, wns = wtq.transpose(1, 2), wts  # [E, N, K] view, scale [E, N/32, K]

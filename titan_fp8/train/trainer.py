@@ -86,7 +86,10 @@ def build_model(cfg: JobConfig, device: torch.device, log):
         from titan_fp8.float8 import Float8Config, check_float8_all_gather, convert_to_float8_training
 
         f8 = {f.name: getattr(cfg.float8, f.name) for f in dataclasses.fields(cfg.float8) if f.name != "enable"}
-        convert_to_float8_training(model, Float8Config(**f8))
+        try:  # a model the [float8] keys cannot convert (e.g. expert dims vs moe_granularity): start-up error
+            convert_to_float8_training(model, Float8Config(**f8))
+        except ValueError as e:
+            raise ConfigError(f"{cfg.source}: [float8] {e}") from None
         if f8["enable_fsdp_float8_all_gather"]:
             # a flag that cannot be honoured is a start-up error, not a failure inside the first all-gather
             shard = cfg.parallelism.data_parallel_shard_degree
