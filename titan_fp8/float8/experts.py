@@ -382,12 +382,8 @@ def _f8_fprop(xq, xs, wq, ws, offs, spec: FusedSpec, out_dtype):
 
 def _f8_dgrad(dq, ds, wtq, wts, offs, spec: FusedSpec, out_dtype):
     """dx[r] = dout[r] @ w[e]; dq [P, N], wtq [E, K, N] (contract 1's bwd operand: w^T) with its scale."""
-    if spec.recipe == "fp8_rowwise":
-        if spec.emulated:
-            return _masked_grouped_matmul(_rw_decode(dq, ds), _rw_decode(wtq, wts).transpose(1, 2),
-                                          offs).to(out_dtype)
-        return torch._scaled_grouped_mm(dq, wtq.transpose(-2, -1), ds.reciprocal(), wts.reciprocal(), offs=offs,
-                                        out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
+    if spec.recipe == "fp8_rowwise":  # w^T's rows are dgrad's output columns: the fprop call on (dout, w^T)
+        return _f8_fprop(dq, ds, wtq, wts, offs, spec, out_dtype)
     g = spec.g
     wn, wns = wtq.transpose(1, 2), wts  # [E, N, K] view, scale [E, N/32, K]
     if spec.emulated:
