@@ -82,9 +82,11 @@ def _convert_experts(model: nn.Module, config: Float8Config, module_filter_fn) -
         if bad:
             raise ValueError(f"convert_to_float8_training: {efqn} cannot run MXFP8 (its out/in dims must be multiples "
                              f"of 32): {', '.join(bad)}; exclude it with filter_fqns=[..., 'experts']")
-        ex.mm = make_mxfp8_grouped_mm(config.experts_granularity, backend="emulated" if config.emulate else "auto")
-        ex.float8_granularity = config.experts_granularity
         moe.token_group_align = max(moe.token_group_align, gran.block)
+        # the op learns the padding so its "auto" backend may run wgrad on CUTLASS (needs 128-token groups)
+        ex.mm = make_mxfp8_grouped_mm(config.experts_granularity, backend="emulated" if config.emulate else "auto",
+                                      token_align=moe.token_group_align)
+        ex.float8_granularity = config.experts_granularity
 
 
 def _stamp_scale_group(model: nn.Module) -> None:

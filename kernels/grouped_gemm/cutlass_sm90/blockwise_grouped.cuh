@@ -46,6 +46,7 @@ inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
 
 // ------------------------------------------------------------------------------------------------ prep kernels
+// (non-template kernels are static: this header is included by one translation unit per output dtype)
 __device__ __forceinline__ float e8m0_to_float(uint8_t s) {
   // 2^(s-127); 255 is the format's NaN; 0 is 2^-127 (an fp32 subnormal)
   if (s == 255) return __int_as_float(0x7fc00000);
@@ -64,7 +65,7 @@ __device__ __forceinline__ int group_of(const int32_t* offs, int E, int64_t m) {
 }
 
 // kRows, A scales: thread per row; for each 128-block kb writes SFA_g[kb][m - start] (coalesced across rows)
-__global__ void sfa_rows_kernel(GroupedProblem p, float* sfa) {
+static __global__ void sfa_rows_kernel(GroupedProblem p, float* sfa) {
   int64_t m = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (p.groups == 0 || m >= p.M || m >= p.offs[p.groups - 1]) return;
   int g = group_of(p.offs, p.groups, m);
@@ -77,7 +78,7 @@ __global__ void sfa_rows_kernel(GroupedProblem p, float* sfa) {
 }
 
 // kRows, B scales: SFB_e[kb][cb] = sb[e, cb * 128, kb * 4]
-__global__ void sfb_rows_kernel(GroupedProblem p, float* sfb, int64_t cb_n, int64_t rb) {
+static __global__ void sfb_rows_kernel(GroupedProblem p, float* sfb, int64_t cb_n, int64_t rb) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   int64_t total = int64_t(p.groups) * rb * cb_n;
   if (i >= total) return;
@@ -86,7 +87,7 @@ __global__ void sfb_rows_kernel(GroupedProblem p, float* sfb, int64_t cb_n, int6
 }
 
 // kRed, A scales: SFA[tb][r] = sa[r, tb * 4] for every 128-token block tb (group g reads from tb = start / 128)
-__global__ void sfa_red_kernel(GroupedProblem p, float* sfa, int64_t tb_n) {
+static __global__ void sfa_red_kernel(GroupedProblem p, float* sfa, int64_t tb_n) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= tb_n * p.rows) return;
   int64_t r = i % p.rows, tb = i / p.rows;
@@ -94,7 +95,7 @@ __global__ void sfa_red_kernel(GroupedProblem p, float* sfa, int64_t tb_n) {
 }
 
 // kRed, B scales (128 x 128 tiles): SFB[tb][cb] = sb[cb * 128, tb * 4]
-__global__ void sfb_red_kernel(GroupedProblem p, float* sfb, int64_t tb_n, int64_t cb_n) {
+static __global__ void sfb_red_kernel(GroupedProblem p, float* sfb, int64_t tb_n, int64_t cb_n) {
   int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= tb_n * cb_n) return;
   int64_t cb = i % cb_n, tb = i / cb_n;
