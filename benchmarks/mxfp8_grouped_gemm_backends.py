@@ -13,10 +13,12 @@ Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16
   fp8_rowwise       torch._scaled_grouped_mm (unit scales; speed does not depend on them)
   cublas_blockwise  per-expert torch.nn.functional.scaled_mm, 1x128 x 128x128 (fprop/dgrad), 1x128 x 1x128 (wgrad)
                     -- dense cuBLAS at the same sizes, one launch per expert
-  mx128_triton / mx32_triton / mx128_cutlass   kernels.grouped_gemm with backend="triton" / "cutlass"
+  mx128_triton / mx32_triton   kernels.grouped_gemm with backend="triton"
+  mx128_cutlass_coop / _pp     backend="cutlass", schedule cooperative (128x128 tiles) / pingpong (64x128)
 Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantization, eager:
   bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
-  pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass (token_align=128), op_mx32_triton
+  pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass_{coop,pp} (token_align=128),
+  op_mx32_triton
   (titan_fp8.float8.experts.mxfp8_grouped_mm). FLOPs: 3 GEMMs.
 Timing: triton.testing.do_bench median (kernels: two rotating input sets, each far larger than L2).
 Check: CUTLASS output vs Triton output of the same operands (norm-wise rel.; both vs float64 are in the GPU tests).
@@ -46,9 +48,25 @@ from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
 SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
 E, TPE = 8, 8192
 F8 = torch.float8_e4m3fn
-# name: (block, weight tile, x^T tile for wgrad, backend)
-OURS = {"mx128_triton": (128, 128, 128, "triton"), "mx32_triton": (32, 128, 128, "triton"),
-        "mx128_cutlass": (128, 128, 128, "cutlass")}
+# name: (block, weight tile, x^T tile for wgrad, backend, CUTLASS schedule)
+OURS = {"mx128_triton": (128, 128, 128, "triton", None), "mx32_triton": (32, 128, 128, "triton", None),
+        "mx128_cutlass_coop": (128, 128, 128, "cutlass", "cooperative"),
+        "mx128_cutlass_pp": (128, 128, 128, "cutlass", "pingpong")}
+SCHED_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
+
+
+def with_schedule(fn, sched):
+    """fn with the CUTLASS schedule override set for the call (read per call by cutlass_backend)."""
+    if sched is None:
+        return fn
+
+    def run(*a, **k):
+        os.environ[SCHED_ENV] = sched
+        try:
+            return fn(*a, **k)
+        finally:
+            os.environ.pop(SCHED_ENV, None)
+    return run
 REP = 100
 
 
@@ -212,7 +230,7 @@ def main():
             torch.cuda.empty_cache()
             # ---- ours
             outs = {}
-            for vname, (block, wtile, xtile, backend) in OURS.items():
+            for vname, (block, wtile, xtile, backend, sched) in OURS.items():
                 try:
                     wq = to_mxfp8_blocked(w, -1, block, wtile)
                     wqt = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, block, wtile)
@@ -226,6 +244,9 @@ def main():
                 kw = dict(validate=False, backend=backend)
 
                 def mk(p, q):
+                    return with_schedule(mk0(p, q), sched)
+
+                def mk0(p, q):
                     if p == "fprop":
                         return lambda: mxfp8_grouped_mm_fprop(*q[0], *wq, offs, block=block, w_tile=wtile, **kw)
                     if p == "dgrad":
@@ -277,7 +298,9 @@ def op_rows(rec, experts, shape, rname, sizes, K, N):
         rec(shape=shape, routing=rname, pass_="fwd+bwd", variant="torchao_fp8_rowwise", error=repr(e)[:300])
     mm = experts.mxfp8_grouped_mm
     ops["op_mx128_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx128", backend="triton")
-    ops["op_mx128_cutlass"] = lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128)
+    for sched, tag in (("cooperative", "coop"), ("pingpong", "pp")):
+        ops[f"op_mx128_cutlass_{tag}"] = with_schedule(
+            lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), sched)
     ops["op_mx32_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="triton")
     base = {}
     for name, fn in ops.items():

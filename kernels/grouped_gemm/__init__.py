@@ -31,8 +31,8 @@ Declarations are checked on the device without a host sync (torch._assert_async)
 Backends (keyword `backend`, ONE switch for all three ops, picked by `pick_backend` below):
   "triton"   the Triton kernels of triton_mx.py: every block / tile, any device Triton runs on (CPU: interpreter).
   "cutlass"  CUTLASS 4.2's sm_90a blockwise-scaled grouped GEMM (cutlass_backend.py; built at first use):
-             block=128 with w_tile / a_tile = 128 only, reduction % 128 == 0, bf16 fprop/dgrad and fp32 wgrad
-             outputs; wgrad also needs every group on a multiple of 128 tokens (asserted on the device).
+             block=128 with w_tile / a_tile = 128 only, reduction % 128 == 0, bf16 fprop/dgrad and fp32/bf16
+             wgrad outputs; wgrad also needs every group on a multiple of 128 tokens (asserted on the device).
              Measured faster than Triton there (benchmarks/mxfp8_grouped_gemm.py).
   "auto"     "cutlass" where it applies and builds (for wgrad only when the caller declares token_align=128:
              alignment cannot be checked on the host without a sync), else "triton"; logs its choice once.
@@ -414,5 +414,5 @@ def mxfp8_grouped_mm_wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out
                                                                  f"{token_align}")
     if pick_backend(who, "wgrad", backend, do_t_data, block, a_tile, M, K, out_dtype, token_align) == "cutlass":
         from . import cutlass_backend
-        return cutlass_backend.wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs)
+        return cutlass_backend.wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype)
     return _wgrad_op(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile)

@@ -1,9 +1,10 @@
 """CUTLASS backend of the "mx128" MXFP8 grouped GEMMs (sm_90a), built at first use.
 
-The kernels (cutlass_sm90/) are CUTLASS 4.2's sm_90 blockwise-scaled ptr-array grouped GEMM, instantiated once
-per output dtype (bf16 for fprop/dgrad, fp32 for wgrad): A with one scale per 1x128 along the reduction axis,
-B with one scale per 128x128 tile, promotion into fp32 every 128 of the reduction. Our operands are the usual
-MXFP8 pairs (E8M0 bytes per 1x32 block) declared block=128 and w_tile / a_tile = 128; small CUDA kernels turn
+The kernels (cutlass_sm90/) are CUTLASS 4.2's sm_90 blockwise-scaled ptr-array grouped GEMM, instantiated per
+output dtype (bf16: fprop, dgrad, wgrad; fp32: wgrad) and schedule (cooperative, pingpong): A with one scale
+per 1x128 along the reduction axis, B with one scale per 128x128 tile, promotion into fp32 every 128 of the
+reduction. Our operands are the usual MXFP8 pairs (E8M0 bytes per 1x32 block) declared block=128 and
+w_tile / a_tile = 128; small CUDA kernels turn
 offs and the E8M0 bytes into CUTLASS's per-group problem shapes, pointers and fp32 scale arrays on the device,
 so a call never syncs with the host.
 
@@ -28,10 +29,24 @@ import shutil
 import torch
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90")
-SOURCES = ("bindings.cpp", "blockwise_grouped_bf16.cu", "blockwise_grouped_f32.cu")
+SOURCES = ("bindings.cpp", "blockwise_grouped_bf16_coop.cu", "blockwise_grouped_f32_coop.cu",
+           "blockwise_grouped_bf16_pp.cu", "blockwise_grouped_f32_pp.cu")
 HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h")
 INSTALL_HINT = "pip install nvidia-cutlass==4.2.0.0"
 GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x128 tiles)
+# CUTLASS kernel schedule per pass (cutlass_sm90/grouped_problem.h): "cooperative" = 128x128x128 tiles, both
+# consumer warpgroups on one tile; "pingpong" = 64x128x128 tiles, warpgroups alternate so epilogues overlap
+# mainloops. Chosen from benchmarks/mxfp8_grouped_gemm_backends.py; $TITAN_FP8_CUTLASS_SCHEDULE overrides all.
+SCHEDULES = {"fprop": "cooperative", "dgrad": "cooperative", "wgrad": "cooperative"}
+_SCHED_ID = {"cooperative": 0, "pingpong": 1}
+
+
+def schedule_id(pass_: str) -> int:
+    name = os.environ.get("TITAN_FP8_CUTLASS_SCHEDULE") or SCHEDULES[pass_]
+    if name not in _SCHED_ID:
+        raise ValueError(f"CUTLASS schedule {name!r} (TITAN_FP8_CUTLASS_SCHEDULE or SCHEDULES[{pass_!r}]); "
+                         f"allowed: {', '.join(_SCHED_ID)}")
+    return _SCHED_ID[name]
 
 
 class CutlassUnavailable(RuntimeError):
@@ -151,51 +166,53 @@ def unsupported_reason(pass_: str, block: int, tile: int, reduction: int, out_co
         return f"reduction length {reduction} is not a multiple of 128"
     if out_cols % 8:
         return f"output columns {out_cols} not a multiple of 8 (TMA rows need 16-byte alignment)"
-    want = torch.float32 if pass_ == "wgrad" else torch.bfloat16
-    if out_dtype != want:
-        return f"out_dtype={out_dtype}; the CUTLASS {pass_} is built for {want} only"
+    want = (torch.float32, torch.bfloat16) if pass_ == "wgrad" else (torch.bfloat16,)
+    if out_dtype not in want:
+        return f"out_dtype={out_dtype}; the CUTLASS {pass_} is built for {' / '.join(map(str, want))} only"
     return None
 
 
 # ------------------------------------------------------------------------------------------ custom ops
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_cutlass", mutates_args=())
-def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
+            schedule: int) -> torch.Tensor:
     """out[g] = A[g] @ B[e]^T; a [M, R], sa [M, R/32] (any strides), b [E, C, R] (R contiguous), sb [E, C, R/32]."""
     out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
     if out.numel() == 0:
         return out
     if a.shape[1] == 0 or offs.numel() == 0:
         return out.zero_()
-    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out)
+    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, schedule)
     return out
 
 
 @_rows_op.register_fake
-def _(a, sa, b, sb, offs):
+def _(a, sa, b, sb, offs, schedule):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_wgrad_cutlass", mutates_args=())
-def _red_op(x: torch.Tensor, sx: torch.Tensor, y: torch.Tensor, sy: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+def _red_op(x: torch.Tensor, sx: torch.Tensor, y: torch.Tensor, sy: torch.Tensor, offs: torch.Tensor,
+            out_dtype: torch.dtype, schedule: int) -> torch.Tensor:
     """dW[e] = X[:, tokens of e] @ Y[:, tokens of e]^T; x [N, T], y [K, T] token-major, scales [*, T/32]."""
-    out = torch.empty(offs.shape[0], x.shape[0], y.shape[0], dtype=torch.float32, device=x.device)
+    out = torch.empty(offs.shape[0], x.shape[0], y.shape[0], dtype=out_dtype, device=x.device)
     if out.numel() == 0:
         return out
     if x.shape[1] == 0:
         return out.zero_()
-    load().grouped_red(x.view(torch.uint8), sx, y.view(torch.uint8), sy, offs, out)
+    load().grouped_red(x.view(torch.uint8), sx, y.view(torch.uint8), sy, offs, out, schedule)
     return out
 
 
 @_red_op.register_fake
-def _(x, sx, y, sy, offs):
-    return x.new_empty((offs.shape[0], x.shape[0], y.shape[0]), dtype=torch.float32)
+def _(x, sx, y, sy, offs, out_dtype, schedule):
+    return x.new_empty((offs.shape[0], x.shape[0], y.shape[0]), dtype=out_dtype)
 
 
 def fprop(a_data, a_scale, w_data, w_scale, offs):
     a = a_data if a_data.stride(-1) == 1 else a_data.contiguous()
     w = w_data if w_data.stride(-1) == 1 else w_data.contiguous()
-    return _rows_op(a, a_scale, w, w_scale, offs)
+    return _rows_op(a, a_scale, w, w_scale, offs, schedule_id("fprop"))
 
 
 def dgrad(do_data, do_scale, w_data, w_scale, offs):
@@ -203,13 +220,13 @@ def dgrad(do_data, do_scale, w_data, w_scale, offs):
     wt = w_data.transpose(1, 2)  # [E, K, N]: rows k, reduction n (N contiguous for a transposed view)
     if wt.stride(-1) != 1:
         wt = wt.contiguous()
-    return _rows_op(do, do_scale, wt, w_scale.transpose(1, 2), offs)
+    return _rows_op(do, do_scale, wt, w_scale.transpose(1, 2), offs, schedule_id("dgrad"))
 
 
-def wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs):
+def wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32):
     x = do_t_data if do_t_data.stride(-1) == 1 else do_t_data.contiguous()
     y = a_t_data if a_t_data.stride(-1) == 1 else a_t_data.contiguous()
     # the scale grid of both operands is the global 128-token grid: every group must start on it
     torch._assert_async((offs % GRAN == 0).all(), "mxfp8_grouped_mm_wgrad (cutlass): every group must start and "
                                                   "end on a multiple of 128 tokens (pad groups to 128)")
-    return _red_op(x, do_t_scale, y, a_t_scale, offs)
+    return _red_op(x, do_t_scale, y, a_t_scale, offs, out_dtype, schedule_id("wgrad"))

@@ -75,7 +75,8 @@ def test_unsupported_reasons():
     assert "multiple of 128" in cb.unsupported_reason("fprop", 128, 128, 2080, 1408, torch.bfloat16)
     assert "multiple of 8" in cb.unsupported_reason("dgrad", 128, 128, 2048, 1404, torch.bfloat16)
     assert "out_dtype" in cb.unsupported_reason("fprop", 128, 128, 2048, 1408, torch.float32)
-    assert "out_dtype" in cb.unsupported_reason("wgrad", 128, 128, 2048, 1408, torch.bfloat16)
+    assert cb.unsupported_reason("wgrad", 128, 128, 2048, 1408, torch.bfloat16) is None
+    assert "out_dtype" in cb.unsupported_reason("wgrad", 128, 128, 2048, 1408, torch.float16)
     assert "a_tile" in cb.unsupported_reason("wgrad", 128, 1, 2048, 1408, torch.float32)
 
 
@@ -122,13 +123,13 @@ def test_cutlass_fake_impls_give_shapes():
         b = torch.empty(3, 384, 256, dtype=torch.float8_e4m3fn)
         sb = torch.empty(3, 384, 8, dtype=torch.uint8)
         offs = torch.empty(3, dtype=torch.int32)
-        out = torch.ops.titan_fp8.mx128_grouped_mm_rows_cutlass(a, sa, b, sb, offs)
+        out = torch.ops.titan_fp8.mx128_grouped_mm_rows_cutlass(a, sa, b, sb, offs, 0)
         assert out.shape == (100, 384) and out.dtype == torch.bfloat16
         x = torch.empty(384, 512, dtype=torch.float8_e4m3fn)
         sx = torch.empty(384, 16, dtype=torch.uint8)
         y = torch.empty(256, 512, dtype=torch.float8_e4m3fn)
         sy = torch.empty(256, 16, dtype=torch.uint8)
-        dw = torch.ops.titan_fp8.mx128_grouped_mm_wgrad_cutlass(x, sx, y, sy, offs)
+        dw = torch.ops.titan_fp8.mx128_grouped_mm_wgrad_cutlass(x, sx, y, sy, offs, torch.float32, 1)
         assert dw.shape == (3, 384, 256) and dw.dtype == torch.float32
 
 
@@ -142,3 +143,12 @@ def test_experts_op_accepts_the_backend_names():
     offs = torch.tensor([32, 64], dtype=torch.int32)
     with pytest.raises(ValueError, match="'cutlass'"):
         mxfp8_grouped_mm(x, w, offs, backend="bogus")
+
+
+def test_schedule_override_is_checked(monkeypatch):
+    assert cb.schedule_id("fprop") in (0, 1)
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "pingpong")
+    assert cb.schedule_id("wgrad") == 1
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fast")
+    with pytest.raises(ValueError, match="'fast'.*cooperative, pingpong"):
+        cb.schedule_id("dgrad")

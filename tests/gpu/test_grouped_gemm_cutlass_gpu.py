@@ -39,16 +39,23 @@ def compare_with_nan(out, ref, tol):
     assert rel(out[rows].float(), ref[rows]) < tol
 
 
+@pytest.fixture(params=["cooperative", "pingpong"])
+def schedule(request, monkeypatch):
+    """Both CUTLASS schedules (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", request.param)
+    return request.param
+
+
 @pytest.fixture(scope="module")
 def ext():
     from kernels.grouped_gemm import cutlass_backend
     return cutlass_backend.load()  # raises CutlassUnavailable (fails the tests) when it cannot build
 
 
-@pytest.mark.parametrize("K,N", [(2048, 1408), (512, 2816), (1024, 520)])
-def test_fprop_dgrad_cutlass(ext, K, N):
-    from kernels.grouped_gemm import (grouped_mm_dgrad_reference, grouped_mm_fprop_reference,
-                                      mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop)
+# (1024, 544): fprop with a partial last column tile (its dgrad would reduce over 544: not a CUTLASS shape);
+# (544, 1024): dgrad with a partial last column tile (its fprop would reduce over 544)
+@pytest.mark.parametrize("K,N", [(2048, 1408), (512, 2816), (1024, 544), (544, 1024)])
+def test_fprop_dgrad_cutlass(ext, schedule, K, N):
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
     torch.manual_seed(0)
     E, offs = len(AWKWARD), offs_of(AWKWARD)
@@ -62,6 +69,14 @@ def test_fprop_dgrad_cutlass(ext, K, N):
     w[8, 0, 0] = float("nan")        # one 128x128 tile of expert 8 (rows of group 8 x cols 0..127)
     ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
     wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
+    if K % 128 == 0:
+        fprop_case(ad, as_, wd, ws, offs, M, N)
+    if N % 128 == 0:
+        dgrad_case(w, offs, M, N, K)
+
+
+def fprop_case(ad, as_, wd, ws, offs, M, N):
+    from kernels.grouped_gemm import grouped_mm_fprop_reference, mxfp8_grouped_mm_fprop
     poison_allocator(M * N * 2)
     out = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
     ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
@@ -69,7 +84,12 @@ def test_fprop_dgrad_cutlass(ext, K, N):
     assert torch.equal(out[-PAD:], torch.zeros_like(out[-PAD:]))
     assert torch.isnan(out[40]).all()
     compare_with_nan(out[:-PAD], ref[:-PAD], TOL_BF16)
-    # dgrad: W^T quantized along N as the autograd op does (contiguous [E, K, N], viewed as [E, N, K])
+
+
+def dgrad_case(w, offs, M, N, K):
+    """W^T quantized along N as the autograd op does (contiguous [E, K, N], viewed as [E, N, K])."""
+    from kernels.grouped_gemm import grouped_mm_dgrad_reference, mxfp8_grouped_mm_dgrad
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
     do = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
     do[-PAD:] = float("nan")
     do[1000, 5] = float("-inf")
@@ -86,7 +106,7 @@ def test_fprop_dgrad_cutlass(ext, K, N):
     compare_with_nan(dx[:-PAD], refd[:-PAD], TOL_BF16)
 
 
-def test_fprop_cutlass_matches_triton_closely(ext):
+def test_fprop_cutlass_matches_triton_closely(ext, schedule):
     """Same operands, two backends: equal up to fp32 summation order (bf16 output)."""
     from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
@@ -103,7 +123,7 @@ def test_fprop_cutlass_matches_triton_closely(ext):
 
 
 @pytest.mark.parametrize("sizes", [[0, 128, 1280, 256, 0, 3072, 896, 512], [8192], [0, 0, 384]])
-def test_wgrad_cutlass(ext, sizes):
+def test_wgrad_cutlass(ext, schedule, sizes):
     from kernels.grouped_gemm import grouped_mm_wgrad_reference, mxfp8_grouped_mm_wgrad
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
     torch.manual_seed(1)
@@ -132,6 +152,10 @@ def test_wgrad_cutlass(ext, sizes):
     fin = ~torch.isnan(ref)
     if ref[fin].norm() > 0:
         assert rel(out[fin], ref[fin]) < TOL_F32
+    # bf16 output (what the autograd op asks for with bf16 weights): the same fp32 sums, rounded once
+    out16 = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, block=128, a_tile=128, backend="cutlass")
+    assert out16.dtype == torch.bfloat16
+    assert torch.equal(torch.nan_to_num(out16.float()), torch.nan_to_num(out.bfloat16().float()))
 
 
 def test_auto_picks_cutlass_for_mx128(ext):

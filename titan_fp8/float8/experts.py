@@ -152,7 +152,9 @@ class _MXFP8GroupedMM(torch.autograd.Function):
                 dx = grouped_mm_dgrad_reference(dd, ds, wn_data, wn_scale, offs, out_dtype=ctx.x_dtype)
         if ctx.needs_input_grad[1]:
             if backend != "emulated":
-                dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, torch.float32, block=g.block,
+                # bf16 weights: the kernel rounds its fp32 sum to bf16 itself (no fp32 [E, N, K] round trip)
+                dw_dtype = torch.bfloat16 if w.dtype == torch.bfloat16 else torch.float32
+                dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, dw_dtype, block=g.block,
                                             a_tile=g.wgrad_x_tile, validate=False, backend=backend,
                                             token_align=ctx.token_align)
             else:

@@ -164,7 +164,10 @@ __global__ void build_args_kernel(GroupedProblem p, const float* sfa, const floa
 }
 
 // ------------------------------------------------------------------------------------------------ the GEMM
-template <class ElementD>
+// Sched: kCooperative or kPingpong (grouped_problem.h). Both: cluster 1x2 (A multicast), fp32 accumulation
+// promoted every 128 of the reduction.
+
+template <class ElementD, int Sched>
 struct BlockwiseGrouped {
   using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
   using ElementA = cutlass::float_e4m3_t;
@@ -174,7 +177,13 @@ struct BlockwiseGrouped {
   using LayoutD = cutlass::layout::RowMajor;
   static constexpr int kAlignAB = 16;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
-  using TileShape = cute::Shape<cute::_128, cute::_128, cute::_128>;
+  static constexpr bool kPP = Sched == kPingpong;
+  using TileShape = cute::conditional_t<kPP, cute::Shape<cute::_64, cute::_128, cute::_128>,
+                                        cute::Shape<cute::_128, cute::_128, cute::_128>>;
+  using EpiSchedule = cute::conditional_t<kPP, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                                          cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+  using MainSchedule = cute::conditional_t<kPP, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
+                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
   using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128>;  // MN-major SFA / SFB
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
@@ -184,7 +193,7 @@ struct BlockwiseGrouped {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float,
       void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
-      cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative,
+      EpiSchedule,
       cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
@@ -194,7 +203,7 @@ struct BlockwiseGrouped {
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>::CollectiveOp;
+      MainSchedule>::CollectiveOp;
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;

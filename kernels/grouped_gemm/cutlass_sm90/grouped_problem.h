@@ -27,10 +27,17 @@ struct GroupedProblem {
   void* out = nullptr; int64_t ldo = 0; int64_t out_group_stride = 0;
 };
 
-size_t scratch_bytes_bf16(const GroupedProblem& p, int sm_count);
-size_t scratch_bytes_f32(const GroupedProblem& p, int sm_count);
-// nullptr on success, else a message
-const char* run_bf16(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
-const char* run_f32(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
+// Schedules: kCooperative = 128x128x128 tiles, both consumer warpgroups on one tile (CUTLASS example 68's choice);
+// kPingpong = 64x128x128 tiles, the two consumer warpgroups alternate tiles so one's epilogue overlaps the other's
+// mainloop. One translation unit per (output dtype, schedule): *_coop / *_pp; nullptr on success, else a message.
+enum Schedule : int { kCooperative = 0, kPingpong = 1 };
+size_t scratch_bytes_bf16_coop(const GroupedProblem& p, int sm_count);
+size_t scratch_bytes_f32_coop(const GroupedProblem& p, int sm_count);
+size_t scratch_bytes_bf16_pp(const GroupedProblem& p, int sm_count);
+size_t scratch_bytes_f32_pp(const GroupedProblem& p, int sm_count);
+const char* run_bf16_coop(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
+const char* run_f32_coop(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
+const char* run_bf16_pp(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
+const char* run_f32_pp(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
 
 }  // namespace titan_mx
