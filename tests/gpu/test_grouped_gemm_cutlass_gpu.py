@@ -6,6 +6,7 @@ these tests are for). The first test builds the extension (~1-2 minutes).
 """
 import pytest
 import torch
+from test_grouped_gemm_gpu import _experts, rel  # tests/gpu is on sys.path under pytest (no __init__.py)
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
                                 reason="needs an sm_90 (Hopper) GPU")
@@ -14,11 +15,6 @@ TOL_BF16 = 3e-3
 TOL_F32 = 5e-4  # fp8 wgmma accumulates each 128-chunk with fewer mantissa bits than fp32 (test_grouped_gemm_gpu)
 AWKWARD = [0, 1, 31, 33, 127, 129, 1000, 0, 2561, 300]  # rows per expert (fprop/dgrad)
 PAD = 77  # padding rows past offs[-1]
-
-
-def rel(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm()).item()
 
 
 def offs_of(sizes):
@@ -165,22 +161,6 @@ def test_auto_picks_cutlass_for_mx128(ext):
     assert pick_backend("t", "fprop", "auto", t, 32, 128, 2048, 1408, torch.bfloat16) == "triton"
     assert pick_backend("t", "wgrad", "auto", t, 128, 128, 4096, 1408, torch.float32) == "triton"
     assert pick_backend("t", "wgrad", "auto", t, 128, 128, 4096, 1408, torch.float32, 128) == "cutlass"
-
-
-def _experts():
-    import importlib.util
-    import os
-    try:
-        from titan_fp8.float8 import experts
-        return experts
-    except ModuleNotFoundError as e:
-        if "torchao" not in str(e):
-            raise
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "titan_fp8", "float8", "experts.py")
-    spec = importlib.util.spec_from_file_location("_titan_fp8_experts_standalone_cutlass", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize("compiled", [False, True])
