@@ -26,9 +26,9 @@ uninitialised) cannot reach a real token's scale.
 
 CUDA tensors run the Triton quantizer (kernels/grouped_gemm/quant_triton.py, one read of x / dO for both
 copies) and the GEMMs of kernels/grouped_gemm through its backend switch (`backend`: "auto" runs "mx128" on
-CUTLASS on sm_90 where it builds, wgrad only with token_align=128); anything else runs the emulated twin (the same quantization in
-plain PyTorch, kernels/grouped_gemm/quant.py, then the float64 dequantize-then-matmul references), which
-tests compare with the kernels.
+CUTLASS on sm_90 where it builds, wgrad only with token_align=128); anything else runs the emulated twin (the
+same quantization in plain PyTorch, kernels/grouped_gemm/quant.py, then the float64 dequantize-then-matmul
+references), which tests compare with the kernels.
 """
 from __future__ import annotations
 

@@ -45,7 +45,8 @@ void grouped_rows(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Ten
                   torch::Tensor out, int64_t sched) {
   check_common(a, "a", 2); check_common(sa, "sa", 2); check_common(b, "b", 3); check_common(sb, "sb", 3);
   check_common(offs, "offs", 1); check_common(out, "out", 2);
-  TORCH_CHECK(a.stride(1) == 1 && b.stride(2) == 1 && out.stride(1) == 1, "cutlass mx128: inner dims must be contiguous");
+  TORCH_CHECK(a.stride(1) == 1 && b.stride(2) == 1 && out.stride(1) == 1,
+              "cutlass mx128: inner dims must be contiguous");
   TORCH_CHECK(out.scalar_type() == torch::kBFloat16, "cutlass mx128: fprop/dgrad output must be bf16");
   c10::cuda::CUDAGuard guard(a.get_device());
   titan_mx::GroupedProblem p;
@@ -67,7 +68,8 @@ void grouped_red(torch::Tensor x, torch::Tensor sx, torch::Tensor y, torch::Tens
                  torch::Tensor out, int64_t sched) {
   check_common(x, "x", 2); check_common(sx, "sx", 2); check_common(y, "y", 2); check_common(sy, "sy", 2);
   check_common(offs, "offs", 1); check_common(out, "out", 3);
-  TORCH_CHECK(x.stride(1) == 1 && y.stride(1) == 1 && out.stride(2) == 1, "cutlass mx128: inner dims must be contiguous");
+  TORCH_CHECK(x.stride(1) == 1 && y.stride(1) == 1 && out.stride(2) == 1,
+              "cutlass mx128: inner dims must be contiguous");
   TORCH_CHECK(out.scalar_type() == torch::kFloat32 || out.scalar_type() == torch::kBFloat16,
               "cutlass mx128: wgrad output must be fp32 or bf16");
   c10::cuda::CUDAGuard guard(x.get_device());

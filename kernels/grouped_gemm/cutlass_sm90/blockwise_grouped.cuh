@@ -307,7 +307,8 @@ struct BlockwiseGrouped {
       if (c.sfb_n > 0) sfb_red_kernel<<<unsigned(cdiv(c.sfb_n, T)), T, 0, stream>>>(p, sfb, c.tb_n, c.cb_n);
       int64_t chunks = cdiv(p.rows * p.C, 256 * 64);
       chunks = chunks < 1024 ? chunks : 1024;
-      if (chunks > 0) zero_empty_groups_kernel<ElementD><<<dim3(unsigned(chunks), unsigned(p.groups)), 256, 0, stream>>>(p);
+      if (chunks > 0)
+        zero_empty_groups_kernel<ElementD><<<dim3(unsigned(chunks), unsigned(p.groups)), 256, 0, stream>>>(p);
     }
     build_args_kernel<Shape3, ElementA, ElementB, ElementD, StrideA, StrideB, StrideD>
         <<<unsigned(cdiv(p.groups, 128)), 128, 0, stream>>>(
