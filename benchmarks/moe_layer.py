@@ -12,6 +12,8 @@ is about the routed experts). Variants of the SAME layer (deep copies, same weig
   mxfp8_mx128     Float8GroupedExperts, mxfp8 "mx128" (kernels.grouped_gemm)
   mxfp8_mx32      Float8GroupedExperts, mxfp8 "mx32"
   <ours>@ref      (optional) the same with kernels.moe's plain PyTorch ops (inductor) instead of its Triton kernels
+  <mxfp8>+triton  (optional) the mxfp8 GEMMs on a named kernels.grouped_gemm backend ("+triton", "+cutlass");
+                  plain names use "auto" (CUTLASS for mx128 on sm_90 where it builds, else Triton)
 Timing: CUDA events around each fwd+bwd step, `--iters` steps per variant per round, variants interleaved over
 `--rounds` rounds after warm-up; median over all steps. Memory: peak allocated during a step above what was
 allocated before it (parameters of every variant stay resident; their gradients are freed before each step, so
@@ -77,6 +79,10 @@ class _Cfg:  # what Float8GroupedExperts.from_grouped_experts reads of a Float8C
         self.moe_recipe_name, self.moe_granularity, self.emulate = recipe, granularity, emulate
 
 
+def gemm_backend_may_use_cutlass(backend: str) -> bool:
+    return backend in ("auto", "cutlass")
+
+
 def build_variant(base: MoE, name: str, emulate: bool) -> MoE:
     moe = copy.deepcopy(base)
     if name == "bf16":
@@ -92,6 +98,7 @@ def build_variant(base: MoE, name: str, emulate: bool) -> MoE:
         moe.token_group_align = 16  # its fp8 wgrad needs groups in multiples of 16
         return moe
     from titan_fp8.float8.experts import Float8GroupedExperts
+    name, _, gemm = name.partition("+")  # "<variant>+triton" / "+cutlass": the mxfp8 GEMM backend by name
     base_name, _, act = name.partition("@")  # "<variant>@ref": kernels.moe's torch-op references (inductor)
     recipe, gran = {"fp8_rowwise": ("fp8_rowwise", None), "mxfp8_mx128": ("mxfp8", "mx128"),
                     "mxfp8_mx32": ("mxfp8", "mx32"), "mxfp8_mx32_plain": ("mxfp8", "mx32_plain")}[base_name]
@@ -100,6 +107,17 @@ def build_variant(base: MoE, name: str, emulate: bool) -> MoE:
         moe.experts.act_backend = "reference"
     elif act:
         raise ValueError(f"variant {name!r}: unknown suffix @{act}; allowed: @ref")
+    if gemm:
+        moe.experts.backend = gemm
+    if recipe == "mxfp8" and not emulate and gemm_backend_may_use_cutlass(moe.experts.backend):
+        # build (or load) the CUTLASS extension before torch.compile traces the op's backend choice
+        from kernels.grouped_gemm import cutlass_backend
+        try:
+            cutlass_backend.load()
+            moe.gemm_note = f"mxfp8 GEMM backend {moe.experts.backend!r}; CUTLASS extension loaded"
+        except cutlass_backend.CutlassUnavailable as e:
+            moe.gemm_note = f"mxfp8 GEMM backend {moe.experts.backend!r}; CUTLASS unavailable: {e}"[:300]
+        print(moe.gemm_note, flush=True)
     moe.token_group_align = moe.experts.token_group_align
     return moe
 
@@ -162,6 +180,10 @@ def main():
     ap.add_argument("--out", default=None, help="folder for the JSON (default benchmarks/results)")
     args = ap.parse_args()
 
+    # every variant and shape compiles MoE.forward anew (new module, new shapes): lift dynamo's recompile limit,
+    # which otherwise silently runs the later variants eagerly
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 512
     cuda = torch.cuda.is_available() and not args.smoke
     device = torch.device("cuda" if cuda else "cpu")
     shapes = ["smoke"] if args.smoke else args.shapes.split(",")
@@ -230,7 +252,7 @@ def main():
                 else:
                     peak, split, top = None, {}, []
                 runs[name] = dict(step=step, times=[], peak=peak, split=split, top=top,
-                                  setup_s=round(time.time() - t0, 1))
+                                  setup_s=round(time.time() - t0, 1), note=getattr(moe, "gemm_note", None))
                 print(f"[{shape}] {name}: ready in {time.time() - t0:.0f} s", flush=True)
             except Exception as e:  # a variant that cannot run is reported, the others still run
                 report["results"].append({"shape": shape, "variant": name, "error": f"{type(e).__name__}: {e}"[:600]})
@@ -257,7 +279,7 @@ def main():
                 "vs_bf16": round(base_ms / ms, 3) if base_ms else None,
                 "vs_torchao_fp8": round(ao_ms / ms, 3) if ao_ms else None,
                 "peak_step_gib": round(r["peak"], 3) if r["peak"] is not None else None,
-                "split_ms": r["split"], "top_kernels": r["top"], "setup_s": r["setup_s"]})
+                "split_ms": r["split"], "top_kernels": r["top"], "setup_s": r["setup_s"], "note": r["note"]})
         save()
         del runs
         if cuda:

@@ -33,10 +33,11 @@ granularity with power-of-two (E8M0) scales, plus 128x128 tiles for x^T in wgrad
 zeroed before the token-axis quantization so padding garbage (torch._grouped_mm leaves such rows
 uninitialised) cannot reach a real token's scale.
 
-CUDA tensors run the Triton kernels (quantization: kernels/grouped_gemm/quant_triton.py, one read of x / dO
-for both copies; GEMMs: kernels/grouped_gemm); anything else runs the emulated twin (the same quantization in
-plain PyTorch, kernels/grouped_gemm/quant.py, then the float64 dequantize-then-matmul references), which
-tests compare with the kernels.
+CUDA tensors run the Triton quantizer (kernels/grouped_gemm/quant_triton.py, one read of x / dO for both
+copies) and the GEMMs of kernels/grouped_gemm through its backend switch (`backend`: "auto" runs "mx128" on
+CUTLASS on sm_90 where it builds, wgrad only with token_align=128); anything else runs the emulated twin (the
+same quantization in plain PyTorch, kernels/grouped_gemm/quant.py, then the float64 dequantize-then-matmul
+references), which tests compare with the kernels.
 """
 from __future__ import annotations
 
@@ -84,10 +85,12 @@ DEFAULT_GRANULARITY = "mx128"
 
 
 def _backend(t: torch.Tensor, backend: str) -> str:
-    if backend not in ("auto", "triton", "emulated"):
-        raise ValueError(f"mxfp8_grouped_mm: backend={backend!r}; allowed: 'auto', 'triton', 'emulated'")
-    if backend == "auto":
-        return "triton" if t.is_cuda else "emulated"
+    # "auto"/"triton"/"cutlass" name the GEMM backend of kernels.grouped_gemm (its one switch; quantization is
+    # Triton for all three); "emulated" is the plain-PyTorch twin
+    if backend not in ("auto", "triton", "cutlass", "emulated"):
+        raise ValueError(f"mxfp8_grouped_mm: backend={backend!r}; allowed: 'auto', 'triton', 'cutlass', 'emulated'")
+    if backend == "auto" and not t.is_cuda:
+        return "emulated"
     return backend
 
 
@@ -111,7 +114,7 @@ def _token_major(x: torch.Tensor, offs: torch.Tensor, block: int, tile: int):
 def _quant_act(t, offs, g, row, col, col_tile, backend):
     """Row copy of t [T, C] along C (1 x block) and token-major copy along tokens (block x col_tile), padding
     rows zeroed for the latter. Triton: one read of t; emulated: plain PyTorch, same bytes."""
-    if backend == "triton":
+    if backend != "emulated":
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         return to_mxfp8_blocked_rowcol(t, row_block=g.block, col_block=g.block, col_tile=col_tile, do_row=row,
                                        do_col=col, limit=offs[-1:])
@@ -123,7 +126,7 @@ def _quant_act(t, offs, g, row, col, col_tile, backend):
 def _quant_weight(w, g, along_out, backend):
     """w [E, out, in] with weight_tile x block scales: along in (fprop: data [E, out, in]) or along out
     (dgrad: data [E, in, out], i.e. W^T quantized along its last dim)."""
-    if backend == "triton":
+    if backend != "emulated":
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         if along_out:
             return to_mxfp8_blocked_rowcol(w, col_block=g.block, col_tile=g.weight_tile, do_row=False)[2:]
@@ -134,22 +137,22 @@ def _quant_weight(w, g, along_out, backend):
 
 
 def _fprop(xd, xs, wd, ws, offs, out_dtype, g, backend):
-    if backend == "triton":
+    if backend != "emulated":
         return mxfp8_grouped_mm_fprop(xd, xs, wd, ws, offs, out_dtype, block=g.block, w_tile=g.weight_tile,
-                                      validate=False)
+                                      validate=False, backend=backend)
     return grouped_mm_fprop_reference(xd, xs, wd, ws, offs, out_dtype=out_dtype)
 
 
 class _MXFP8GroupedMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, offs, g, backend):
+    def forward(ctx, x, w, offs, g, backend, token_align):
         # x along in, and (only if w needs a gradient) the token-major copy wgrad reads: float8 is what is
         # saved for backward, not bf16 x
         xd, xs, xtd, xts = _quant_act(x, offs, g, True, ctx.needs_input_grad[1], g.wgrad_x_tile, backend)
         wd, ws = _quant_weight(w, g, False, backend)
         out = _fprop(xd, xs, wd, ws, offs, x.dtype, g, backend)
         ctx.save_for_backward(xtd, xts, w, offs)
-        ctx.g, ctx.backend, ctx.x_dtype, ctx.T = g, backend, x.dtype, x.shape[0]
+        ctx.g, ctx.backend, ctx.x_dtype, ctx.T, ctx.token_align = g, backend, x.dtype, x.shape[0], token_align
         return out
 
     @staticmethod
@@ -162,24 +165,30 @@ class _MXFP8GroupedMM(torch.autograd.Function):
             # w scaled along out (N): w^T [E, in, out] quantized along its last dim, viewed back as [E, out, in]
             wtd, wts = _quant_weight(w, g, True, backend)
             wn_data, wn_scale = wtd.transpose(1, 2), wts.transpose(1, 2)  # [E, N, K] view, [E, N/32, K]
-            if backend == "triton":
+            if backend != "emulated":
                 dx = mxfp8_grouped_mm_dgrad(dd, ds, wn_data, wn_scale, offs, ctx.x_dtype, block=g.block,
-                                            w_tile=g.weight_tile, validate=False)
+                                            w_tile=g.weight_tile, validate=False, backend=backend)
             else:
                 dx = grouped_mm_dgrad_reference(dd, ds, wn_data, wn_scale, offs, out_dtype=ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            if backend == "triton":
-                dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, torch.float32, block=g.block,
-                                            a_tile=g.wgrad_x_tile, validate=False)
+            if backend != "emulated":
+                # bf16 weights: the kernel rounds its fp32 sum to bf16 itself (no fp32 [E, N, K] round trip)
+                dw_dtype = torch.bfloat16 if w.dtype == torch.bfloat16 else torch.float32
+                dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, dw_dtype, block=g.block,
+                                            a_tile=g.wgrad_x_tile, validate=False, backend=backend,
+                                            token_align=ctx.token_align)
             else:
                 dw = grouped_mm_wgrad_reference(dtd, dts, xtd, xts, offs, out_dtype=torch.float32)
             dw = dw.to(w.dtype)
-        return dx, dw, None, None, None
+        return dx, dw, None, None, None, None
 
 
 def mxfp8_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, *,
-                     granularity: str = DEFAULT_GRANULARITY, backend: str = "auto") -> torch.Tensor:
-    """MXFP8 grouped GEMM with autograd: x [T, in] (bf16/fp32), w [E, out, in], offs int32 [E]."""
+                     granularity: str = DEFAULT_GRANULARITY, backend: str = "auto",
+                     token_align: int = 1) -> torch.Tensor:
+    """MXFP8 grouped GEMM with autograd: x [T, in] (bf16/fp32), w [E, out, in], offs int32 [E].
+    token_align: every group boundary is a multiple of it (the MoE's token_group_align); 128 lets "auto" run
+    wgrad on CUTLASS too (kernels.grouped_gemm's backend switch)."""
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or x.dim() != 2 or w.dim() != 3 \
             or x.shape[1] != w.shape[2]:
         raise ValueError(f"mxfp8_grouped_mm: expected x [T, in] and w [E, out, in], got x "
@@ -194,14 +203,14 @@ def mxfp8_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, *,
         raise ValueError(f"mxfp8_grouped_mm: granularity={granularity!r}; allowed: {', '.join(GRANULARITIES)}")
     if x.dtype not in (torch.bfloat16, torch.float32, torch.float16):
         raise ValueError(f"mxfp8_grouped_mm: x.dtype is {x.dtype}; expected bf16, fp16 or fp32")
-    return _MXFP8GroupedMM.apply(x, w, offs, GRANULARITIES[granularity], _backend(x, backend))
+    return _MXFP8GroupedMM.apply(x, w, offs, GRANULARITIES[granularity], _backend(x, backend), token_align)
 
 
-def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str = "auto"):
+def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str = "auto", token_align: int = 1):
     """A (x, w, offs) callable for GroupedExperts.mm with the granularity fixed."""
     if granularity not in GRANULARITIES:
         raise ValueError(f"make_mxfp8_grouped_mm: granularity={granularity!r}; allowed: {', '.join(GRANULARITIES)}")
-    return functools.partial(mxfp8_grouped_mm, granularity=granularity, backend=backend)
+    return functools.partial(mxfp8_grouped_mm, granularity=granularity, backend=backend, token_align=token_align)
 
 
 # =============================================================================================================
@@ -244,7 +253,7 @@ class FusedSpec:
     """What the fused op needs besides tensors (hashable: a constant for torch.compile)."""
     recipe: str                 # "fp8_rowwise" | "mxfp8"
     granularity: str | None     # mxfp8: a GRANULARITIES key; fp8_rowwise: None
-    backend: str                # "emulated" | "cuda" (fp8_rowwise) | mxfp8 GEMM backend ("auto", ...)
+    backend: str                # "emulated" | "cuda" (fp8_rowwise) | mxfp8 GEMM backend ("auto", "triton", "cutlass")
     align: int                  # token group alignment the plan must have
     act_backend: str = "auto"   # kernels.moe backend on real hardware: "auto" (Triton) | "reference" (torch ops)
 
@@ -411,14 +420,16 @@ def _f8_wgrad(dtq, dts, atq, ats, offs, spec: FusedSpec, out_dtype):
         at = from_mxfp8(atq, ats, dim=-1, dtype=_EMU)
         return _masked_grouped_wgrad(dt, at, offs).to(out_dtype)
     kernel_dtype = out_dtype if out_dtype in (torch.float32, torch.bfloat16) else torch.float32
+    # the plan pads every group to spec.align tokens: declared, so "auto" may run wgrad on CUTLASS (mx128)
     dw = mxfp8_grouped_mm_wgrad(dtq, dts, atq, ats, offs, kernel_dtype, block=g.block, a_tile=_a_tile(spec),
-                                validate=False, **_gemm_backend(spec))
+                                validate=False, token_align=spec.align, **_gemm_backend(spec))
     return dw if kernel_dtype == out_dtype else dw.to(out_dtype)
 
 
 def _gemm_backend(spec: FusedSpec) -> dict:
-    # "auto": kernels.grouped_gemm picks; any other name is passed through (the kernels raise if they lack it)
-    return {} if spec.backend == "auto" else {"backend": spec.backend}
+    # kernels.grouped_gemm's one switch: "auto" (it picks: CUTLASS for mx128 on sm_90 where it builds, else
+    # Triton), "triton", "cutlass" (an error where it cannot run)
+    return {"backend": spec.backend}
 
 
 def _weight(w: Tensor, spec: FusedSpec, which: str):
