@@ -197,7 +197,9 @@ def pick_backend(who, pass_, backend, t, block, tile, reduction, out_cols, out_d
             raise cb.CutlassUnavailable(f"{who}: backend='cutlass' cannot run: {reason}")
         return "cutlass"
     choice = "triton" if reason else "cutlass"
-    if (pass_, choice, reason) not in _logged:
+    # not while torch.compile traces: a logging call there is a graph break, which made dynamo run a whole
+    # compiled autograd op around these GEMMs eagerly (the fused MoE expert op, benchmarks/moe_layer.py run 2)
+    if not torch.compiler.is_compiling() and (pass_, choice, reason) not in _logged:
         _logged.add((pass_, choice, reason))
         _log.info("mxfp8 grouped GEMM %s: backend 'auto' -> %s%s", pass_, choice,
                      f" ({reason})" if reason else " (CUTLASS sm_90a blockwise, the fastest measured for mx128)")

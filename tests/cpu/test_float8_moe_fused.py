@@ -276,3 +276,37 @@ def test_compiles_fullgraph_without_host_sync(recipe, gran):
     want = _run(fused, x, w, plan, g)
     for a, b in zip(got, want):
         assert torch.equal(a, b)
+
+
+def test_kernel_path_compiles_fullgraph_interpreted():
+    """The non-emulated mxfp8 path (kernels.grouped_gemm's quantizer and GEMMs through its backend switch, Triton
+    interpreted on CPU) traces with fullgraph=True on its FIRST call (the backend choice must not graph-break:
+    a log call in it did, which ran the whole op eagerly) and equals the emulated twin bit for bit."""
+    torch._dynamo.reset()
+    D2, H2, E2, n = 128, 128, 2, 40
+    torch.manual_seed(0)
+    fused = Float8GroupedExperts(D2, H2, E2, "mxfp8", "mx128", "emulated")
+    fused.init_weights(0.05)
+    fused = fused.to(torch.bfloat16)
+    ids = torch.zeros(n, 2, dtype=torch.int64)
+    ids[:, 1] = 1
+    ids[:5] = torch.tensor([1, 0])
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(n, D2, generator=gen).to(torch.bfloat16)
+    w = torch.rand(n, 2, generator=gen)
+    g = torch.randn(n, D2, generator=gen)
+    plan = dispatch_plan(ids, E2, fused.token_group_align)
+    kernel_spec = make_fused_spec("mxfp8", "mx128", "auto", device="cuda")  # "cuda": the kernel path
+    assert not kernel_spec.emulated
+
+    def step(x, w, w13, w2, src, pos, offs):
+        return fused_experts(x, w, w13, w2, DispatchPlan(src, pos, offs, offs), kernel_spec)
+
+    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
+    xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = compiled(xs, ws, fused.w13, fused.w2, plan.src, plan.pos, plan.offs)
+    (out.float() * g).sum().backward()
+    got = [out.detach(), xs.grad, ws.grad, fused.w13.grad, fused.w2.grad]
+    want = _run(fused, x, w, plan, g)
+    for name, a, b in zip(NAMES, got, want):
+        assert torch.equal(a, b), name
