@@ -41,9 +41,10 @@ kernel 2: token-major copy), where mxfp8 does both from one read.
 
 backend: "auto" = Triton on CUDA tensors, reference elsewhere; "reference" = plain PyTorch (any device);
 "triton" = the kernels (CPU only under TRITON_INTERPRET=1; otherwise an error, never a silent fallback).
-The Triton paths are torch.library triton ops (titan_fp8::moe_dispatch_quantize, ::moe_combine,
-::moe_combine_backward, ::moe_swiglu_quantize, ::moe_swiglu_quantize_backward): torch.compile traces their
-launches (the launcher's fake-tensor run is their fake implementation). Outputs never require grad.
+The Triton paths are torch.library custom ops (titan_fp8::moe_dispatch_quantize, ::moe_combine,
+::moe_combine_backward, ::moe_swiglu_quantize, ::moe_swiglu_quantize_backward) with fake implementations, so
+torch.compile and FSDP2 trace through them. (Not triton_op: its fake-tensor run launches the kernel under
+TRITON_INTERPRET, so the CPU tests could not trace it.) Outputs never require grad.
 """
 from __future__ import annotations
 
@@ -129,7 +130,7 @@ def _check_offs(who, offs):
 
 
 # ------------------------------------------------------------------------------------------ triton ops
-@torch.library.triton_op("titan_fp8::moe_dispatch_quantize", mutates_args=())
+@torch.library.custom_op("titan_fp8::moe_dispatch_quantize", mutates_args=())
 def _dispatch_op(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int) -> tuple[Tensor, Tensor, Tensor,
                                                                                           Tensor]:
     (N, D), P = x.shape, src.shape[0]
@@ -138,12 +139,12 @@ def _dispatch_op(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int) 
     return q, s, qt, st
 
 
-@torch.library.triton_op("titan_fp8::moe_combine", mutates_args=())
+@torch.library.custom_op("titan_fp8::moe_combine", mutates_args=())
 def _combine_op(y: Tensor, pos: Tensor, weights: Tensor) -> Tensor:
     return _triton().combine_triton(y, pos, weights)
 
 
-@torch.library.triton_op("titan_fp8::moe_combine_backward", mutates_args=())
+@torch.library.custom_op("titan_fp8::moe_combine_backward", mutates_args=())
 def _combine_backward_op(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor,
                          recipe: str, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     (N, D), P, k = dout.shape, src.shape[0], weights.shape[1]
@@ -153,7 +154,7 @@ def _combine_backward_op(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, 
     return q, s, qt, st, dweights
 
 
-@torch.library.triton_op("titan_fp8::moe_swiglu_quantize", mutates_args=())
+@torch.library.custom_op("titan_fp8::moe_swiglu_quantize", mutates_args=())
 def _swiglu_op(h13: Tensor, offs: Tensor, recipe: str, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     P, H = h13.shape[0], h13.shape[1] // 2
     q, s, qt, st, _ = _triton().quantize_values(2, h13, N=0, P=P, C=H, H=H, K=1, offs=offs, recipe=recipe,
@@ -161,13 +162,50 @@ def _swiglu_op(h13: Tensor, offs: Tensor, recipe: str, block: int) -> tuple[Tens
     return q, s, qt, st
 
 
-@torch.library.triton_op("titan_fp8::moe_swiglu_quantize_backward", mutates_args=())
+@torch.library.custom_op("titan_fp8::moe_swiglu_quantize_backward", mutates_args=())
 def _swiglu_backward_op(da: Tensor, h13: Tensor, offs: Tensor, recipe: str, block: int) -> tuple[Tensor, Tensor,
                                                                                                   Tensor, Tensor]:
     P, H = h13.shape[0], h13.shape[1] // 2
     q, s, qt, st, _ = _triton().quantize_values(3, da, h13, N=0, P=P, C=2 * H, H=H, K=1, offs=offs, recipe=recipe,
                                                 block=block, who="swiglu_quantize_backward")
     return q, s, qt, st
+
+
+# fake implementations: shapes, dtypes and strides of what the kernels return (torch.compile / FSDP tracing)
+def _fake_quantized(ref_t: Tensor, P: int, C: int, E: int, recipe: str):
+    f8, u8, f32 = torch.float8_e4m3fn, torch.uint8, torch.float32
+    q = ref_t.new_empty((P, C), dtype=f8)
+    qt = ref_t.new_empty((C, P), dtype=f8)
+    if recipe == "mxfp8":
+        st = torch.empty_strided((C, P // 32), (1, C), dtype=u8, device=ref_t.device)
+        return q, ref_t.new_empty((P, C // 32), dtype=u8), qt, st
+    return q, ref_t.new_empty((P,), dtype=f32), qt, ref_t.new_empty((E, C), dtype=f32)
+
+
+@_dispatch_op.register_fake
+def _(x, src, offs, recipe, block):
+    return _fake_quantized(x, src.shape[0], x.shape[1], offs.shape[0], recipe)
+
+
+@_combine_op.register_fake
+def _(y, pos, weights):
+    return y.new_empty((weights.shape[0], y.shape[1]))
+
+
+@_combine_backward_op.register_fake
+def _(dout, y, pos, weights, src, offs, recipe, block):
+    return (*_fake_quantized(dout, src.shape[0], dout.shape[1], offs.shape[0], recipe),
+            weights.new_empty(weights.shape))
+
+
+@_swiglu_op.register_fake
+def _(h13, offs, recipe, block):
+    return _fake_quantized(h13, h13.shape[0], h13.shape[1] // 2, offs.shape[0], recipe)
+
+
+@_swiglu_backward_op.register_fake
+def _(da, h13, offs, recipe, block):
+    return _fake_quantized(h13, h13.shape[0], h13.shape[1], offs.shape[0], recipe)
 
 
 # ------------------------------------------------------------------------------------------ public API

@@ -84,8 +84,10 @@ def quantize_both(v, offs, recipe, block):
 def _sigmoid(x: torch.Tensor) -> torch.Tensor:
     """1 / (1 + 2^t), t = clamp(x * -log2(e), -64, 127), 2^t = 2^n * p(t - n) with n = floor(t + 1/2) and p a
     degree-7 polynomial (Horner). Every step is ONE correctly rounded fp32 op, in this order, with nothing fused
-    (the Triton twin uses mul_rn / add_rn / div_rn), so both sides give the same bits. Within ~2 ulp of the exact
-    sigmoid; NaN in -> NaN out."""
+    (the Triton twin uses mul.rn / add.rn / div.rn), so both sides give the same bits. Relative error: a few ulp
+    plus |x| * 2^-24 (t rounded to fp32 carries through 2^t; it matters only where sigmoid is tiny); for
+    x < -88 the clamp gives ~2^-127 instead of a smaller value (silu's absolute error there < 1e-36).
+    NaN in -> NaN out."""
     t = (x * NEG_LOG2E).clamp(EXP2_LO, EXP2_HI)
     n = torch.floor(t + 0.5)
     f = t - n

@@ -20,14 +20,13 @@ The quantization arithmetic is kernels/mxfp8/triton.py's (_encode, _exponent_fro
 kernels/float8_cast/triton.py's (_pow2_scale); nothing is re-derived here.
 
 Floating-point order: products and sums that the reference rounds one at a time (combine's weighted sum, the
-weighting of dy, SwiGLU) use libdevice mul_rn / add_rn / div_rn when compiled, so ptxas cannot contract them
-into FMAs; under the interpreter plain numpy fp32 ops round the same way.
+weighting of dy, SwiGLU) are inline PTX mul.rn / add.rn / div.rn.f32 when compiled: the explicit rounding mode
+keeps ptxas from contracting them into FMAs, and, unlike libdevice's __nv_fmul_rn (which Triton links as
+mul.rn.ftz), they keep subnormals as torch does. Under the interpreter plain numpy fp32 ops round the same way.
 """
 import torch
 import triton
 import triton.language as tl
-from torch.library import wrap_triton
-from triton.language.extra.cuda import libdevice
 
 from kernels.float8_cast.reference import E4M3, amax_to_scale
 from kernels.float8_cast.triton import _pow2_scale, _sm_count
@@ -56,38 +55,43 @@ _C0, _C1, _C2, _C3, _C4, _C5, _C6, _C7 = (tl.constexpr(c) for c in EXP2_COEFFS)
 _NEG_LOG2E = tl.constexpr(NEG_LOG2E)
 _LO = tl.constexpr(EXP2_LO)
 _HI = tl.constexpr(EXP2_HI)
-_RN = tl.constexpr(not _INTERPRET)  # libdevice *_rn when compiled
+_RN = tl.constexpr(not _INTERPRET)  # inline PTX *.rn.f32 when compiled
 
 
 # ----------------------------------------------------------------------------------------- rounded ops
+_MUL = tl.constexpr("mul.rn.f32 $0, $1, $2;")
+_ADD = tl.constexpr("add.rn.f32 $0, $1, $2;")
+_DIV = tl.constexpr("div.rn.f32 $0, $1, $2;")
+
+
 @triton.jit
-def _mul(a, b):
+def _rounded(a, b, ASM: tl.constexpr):
+    """One correctly rounded fp32 op (see the module docstring): inline PTX when compiled, numpy when interpreted."""
     a, b = tl.broadcast(a, b)
     if _RN:
-        r = libdevice.mul_rn(a, b)
-    else:
+        r = tl.inline_asm_elementwise(ASM, "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+    elif ASM == _MUL:
         r = a * b
+    elif ASM == _ADD:
+        r = a + b
+    else:
+        r = a / b
     return r
+
+
+@triton.jit
+def _mul(a, b):
+    return _rounded(a, b, _MUL)
 
 
 @triton.jit
 def _add(a, b):
-    a, b = tl.broadcast(a, b)
-    if _RN:
-        r = libdevice.add_rn(a, b)
-    else:
-        r = a + b
-    return r
+    return _rounded(a, b, _ADD)
 
 
 @triton.jit
 def _div(a, b):
-    a, b = tl.broadcast(a, b)
-    if _RN:
-        r = libdevice.div_rn(a, b)
-    else:
-        r = a / b
-    return r
+    return _rounded(a, b, _DIV)
 
 
 @triton.jit
@@ -344,7 +348,7 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
         dots = torch.empty((n_d, P), dtype=f32, device=dev) if want_dot else None
         if P and C:
             grid = (triton.cdiv(P, bm) * n_d,)
-            wrap_triton(_mx_kernel)[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode, K=K,
+            _mx_kernel[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode, K=K,
                                           QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise
@@ -361,14 +365,14 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
         bc = triton.next_power_of_2(max(C, 16))
         warps = min(16, max(4, bc // 1024))
         programs = min(P, 4 * _sm_count(dev))
-        wrap_triton(_f8_rows_kernel)[(programs,)](*args, q, s, amax, dots if want_dot else s, offs, N, P, C, H, E,
+        _f8_rows_kernel[(programs,)](*args, q, s, amax, dots if want_dot else s, offs, N, P, C, H, E,
                                                   triton.cdiv(P, programs), MODE=mode, K=K, BC=bc, E_PAD=e_pad,
                                                   HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
     scale = amax_to_scale(amax[:E].view(f32), E4M3, round_to_pow2=True)  # [E, C]
     if P and C:
         bm, bd, warps = _F8_COLS_INTERP if _INTERPRET else _F8_COLS
         grid = (triton.cdiv(P, bm) * triton.cdiv(C, bd),)
-        wrap_triton(_f8_cols_kernel)[grid](*args, qt, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=bm, BD=bd,
+        _f8_cols_kernel[grid](*args, qt, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=bm, BD=bd,
                                            E_PAD=e_pad, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
     return q.view(f8), s, qt.view(f8), scale, dots
 
@@ -384,6 +388,6 @@ def combine_triton(y, pos, weights):
         out_bits = _INTERPRET and y.dtype == torch.bfloat16
         bn, bd, warps = _COMBINE_INTERP if _INTERPRET else _COMBINE
         grid = (triton.cdiv(n, bn) * triton.cdiv(D, bd),)
-        wrap_triton(_combine_kernel)[grid](yh, pos, weights, out.view(torch.int16) if out_bits else out, n, D, K=k,
+        _combine_kernel[grid](yh, pos, weights, out.view(torch.int16) if out_bits else out, n, D, K=k,
                                            BN=bn, BD=bd, IS_BF16=is_bf16, OUT_BITS=out_bits, num_warps=warps)
     return out
