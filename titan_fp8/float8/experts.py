@@ -1,4 +1,13 @@
-"""MXFP8 grouped GEMM for MoE experts: the autograd op that GroupedExperts.mm becomes under float8.
+"""Float8 routed experts.
+
+Two things live here:
+  Float8GroupedExperts / fused_experts (issue 9; second half of this file): the whole expert path of an MoE
+      layer as ONE autograd op, dispatch -> grouped GEMM(w13) -> SwiGLU -> grouped GEMM(w2) -> combine, for
+      moe_recipe "fp8_rowwise" (torch._scaled_grouped_mm) and "mxfp8" (kernels.grouped_gemm), with an emulated
+      twin (same quantization in plain PyTorch, float64 GEMMs) for CPU. See the section header below.
+  mxfp8_grouped_mm: the per-GEMM MXFP8 op (GroupedExperts.mm under the older conversion), described next.
+
+MXFP8 grouped GEMM for MoE experts: the autograd op that GroupedExperts.mm becomes under float8.
 
     mxfp8_grouped_mm(x, w, offs) -> out          x [T, in], w [E, out, in], offs int32 [E] (cumulative ends)
 
@@ -40,7 +49,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.profiler import record_function
 
-from kernels.float8_cast.reference import E4M3, abs_amax, amax_to_scale, to_float8
+import kernels.moe as moe_kernels
+from kernels.moe import reference as moe_reference
 from kernels.grouped_gemm import (
     grouped_mm_dgrad_reference,
     grouped_mm_fprop_reference,
@@ -53,7 +63,7 @@ from kernels.grouped_gemm.quant import to_mxfp8_blocked
 from kernels.mxfp8 import from_mxfp8
 from titan_fp8.models.moe import GroupedExperts, _row_group
 
-from .expert_weights import expert_weight_operands  # contract 1
+from . import expert_weights
 
 __all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm", "MOE_RECIPES",
            "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts"]
@@ -211,14 +221,18 @@ def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str =
 # wgrad writes the parameter dtype from the GEMM (mxfp8: the kernel's bf16/fp32 output; fp8_rowwise:
 # torch._scaled_grouped_mm's bf16 output, cast only for fp32 parameters).
 #
-# Activation ops: the plain PyTorch versions below have contract 2's shapes (kernels/moe, helper B2); under
-# torch.compile inductor fuses them. Scales follow the project's convention (x * scale -> float8 range);
-# the rowwise GEMM wrapper takes the reciprocals torch._scaled_grouped_mm multiplies by (powers of two: exact).
-#   fp8_rowwise rows: fp32 scale [P] (one power-of-two scale per row, kernels/float8_cast's rule);
-#   fp8_rowwise token-major: fp32 scale [E, C], one per (expert group, column) — the only 2d x 2d (grouped K)
-#       scale layout torch._scaled_grouped_mm takes on sm_90 (scale_a [E * N], scale_b [E * K], group-major;
-#       torchao 0.18's moe_training uses the same); groups are padded to 16 rows (its wgrad requirement).
-#   mxfp8: kernels/grouped_gemm/quant layouts; rows 1 x block, token-major block (tokens) x tile.
+# Activation ops: kernels.moe (contract 2; Triton on CUDA, its plain PyTorch reference for the emulated twin),
+# except the mxfp8 wgrad-tiled copies (see the activation section). Weights: contract 1,
+# titan_fp8.float8.expert_weights.expert_weight_operands (cached once per optimizer step in eager; under
+# torch.compile inductor fuses the casts; a float8-all-gathered weight brings its own bytes).
+# Scale convention (fp8_rowwise, activations and weights alike): the project's quantization scales (value =
+# data / scale; kernels.moe, contract 1); torch._scaled_grouped_mm multiplies by their reciprocals (powers of two:
+# exact; [E, N]-sized for weights, so the inversion is negligible).
+#   fp8_rowwise rows: fp32 [P], one power-of-two scale per row;
+#   fp8_rowwise token-major: fp32 [E, C], one per (expert group, feature): the only 2d x 2d (grouped K) scale
+#       layout torch._scaled_grouped_mm takes (scale_a [E * N], scale_b [E * K], group-major; torchao 0.18's
+#       moe_training writes the same); token groups padded to 16 rows (its fp8 wgrad requirement).
+#   mxfp8: E8M0 rows 1 x block; token-major block (tokens) x tile (features).
 # No host sync anywhere: group membership comes from searchsorted on offs, never from offs.tolist().
 
 MOE_RECIPES = ("fp8_rowwise", "mxfp8")
@@ -232,6 +246,7 @@ class FusedSpec:
     granularity: str | None     # mxfp8: a GRANULARITIES key; fp8_rowwise: None
     backend: str                # "emulated" | "cuda" (fp8_rowwise) | mxfp8 GEMM backend ("auto", ...)
     align: int                  # token group alignment the plan must have
+    act_backend: str = "auto"   # kernels.moe backend on real hardware: "auto" (Triton) | "reference" (torch ops)
 
     @property
     def g(self) -> Granularity:
@@ -243,7 +258,7 @@ class FusedSpec:
 
 
 def make_fused_spec(recipe: str, granularity: str | None = None, backend: str = "auto",
-                    device: torch.device | str = "cuda") -> FusedSpec:
+                    device: torch.device | str = "cuda", act_backend: str = "auto") -> FusedSpec:
     if recipe not in MOE_RECIPES:
         raise ValueError(f"moe_recipe_name={recipe!r}; allowed: {', '.join(MOE_RECIPES)}")
     if recipe == "fp8_rowwise":
@@ -261,102 +276,65 @@ def make_fused_spec(recipe: str, granularity: str | None = None, backend: str = 
         backend = "emulated"
     elif backend == "auto" and recipe == "fp8_rowwise":
         backend = "cuda"
-    return FusedSpec(recipe, granularity, backend, align)
+    if act_backend not in ("auto", "reference"):
+        raise ValueError(f"act_backend={act_backend!r}; allowed: auto (kernels.moe's Triton kernels on CUDA), "
+                         f"reference (its plain PyTorch ops; inductor fuses them under torch.compile)")
+    return FusedSpec(recipe, granularity, backend, align, act_backend)
 
 
 # ------------------------------------------------------------------------------------------ activation ops
-def _group_of_rows(offs: Tensor, num_rows: int, step: int = 1) -> Tensor:
-    """Expert group of rows 0, step, 2*step, ... (clamped to E-1: the plan fills the buffer, offs[-1] == P)."""
-    rows = torch.arange(0, num_rows, step, device=offs.device, dtype=offs.dtype)
-    return torch.searchsorted(offs, rows, right=True).clamp_(max=offs.shape[0] - 1)
+# kernels.moe (contract 2) on every piece whose layout it writes: Triton on CUDA, its plain PyTorch reference
+# (same bytes) for the emulated twin. One exception, for speed: mxfp8 with weight-tiled wgrad ("mx128", "mx32")
+# reads x^T and a^T (wgrad's second operand) in block x 128(features) tiles, the layout the tiled wgrad kernel
+# needs (0.4-0.6x the speed without: kernels/grouped_gemm/NOTES.md), which kernels.moe does not write (it writes
+# 1 x block along tokens). There dispatch and SwiGLU gather / compute the bf16 values and
+# kernels.grouped_gemm's one-read quantizer writes both copies; the gradients (dy, dh13: wgrad's first operand,
+# tile 1) come from kernels.moe in every case.
+def _moe_backend(spec: FusedSpec) -> str:
+    return "reference" if spec.emulated else spec.act_backend
 
 
-def _rowwise_rows(t: Tensor):
-    """t [P, C] -> (e4m3 [P, C], fp32 scale [P]): one power-of-two scale per row (kernels/float8_cast rule)."""
-    scale = amax_to_scale(abs_amax(t, 1), E4M3, round_to_pow2=True)
-    return to_float8(t, scale[:, None], E4M3), scale
+def _a_tile(spec: FusedSpec) -> int:
+    return spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1
 
 
-def _rowwise_token_major(t: Tensor, offs: Tensor, align: int):
-    """t [P, C] -> (e4m3 [C, P] row-major, fp32 scale [E, C]): one power-of-two scale per (group, column).
-    Groups start at multiples of `align`, so each block of `align` rows lies in one group."""
-    P, C = t.shape
-    E = offs.shape[0]
-    block_amax = abs_amax(t.view(P // align, align, C), 1)  # [P/align, C]
-    idx = _group_of_rows(offs, P, align)[:, None].expand(-1, C)
-    amax = block_amax.new_zeros(E, C).scatter_reduce(0, idx, block_amax, "amax")  # max: order-free
-    scale = amax_to_scale(amax, E4M3, round_to_pow2=True)  # [E, C]
-    row_scale = scale.index_select(0, _group_of_rows(offs, P))  # [P, C]
-    # transpose first (as kernels/float8_cast's reference does): the cast writes [C, P] row-major
-    return to_float8(t.t().contiguous(), row_scale.t(), E4M3), scale
+def _own_token_major_layout(spec: FusedSpec) -> bool:
+    return spec.recipe == "mxfp8" and spec.g.wgrad_x_tile > 1
 
 
-def _quantize_rows_and_token_major(t: Tensor, offs: Tensor, spec: FusedSpec, tile: int, token_major: bool = True):
-    """Row copy (fprop/dgrad operand) and token-major copy (wgrad operand) of t [P, C]; padding rows are zero."""
-    if spec.recipe == "fp8_rowwise":
-        q, s = _rowwise_rows(t)
-        qt, st = _rowwise_token_major(t, offs, spec.align) if token_major else (None, None)
-        return q, s, qt, st
-    return _quant_act(t, offs, spec.g, True, token_major, tile, "emulated" if spec.emulated else "triton")
+def _mx_rows_and_tiles(t: Tensor, offs: Tensor, spec: FusedSpec):
+    return _quant_act(t, offs, spec.g, True, True, spec.g.wgrad_x_tile, "emulated" if spec.emulated else "triton")
 
 
-def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec, token_major: bool = True):
+def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec):
     """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts): rows gathered into expert order (src == N: zero row)."""
-    x_ext = torch.cat([x, x.new_zeros(1, x.shape[1])])
-    xp = x_ext.index_select(0, src)
-    return _quantize_rows_and_token_major(xp, offs, spec, spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1,
-                                          token_major)
+    if _own_token_major_layout(spec):
+        xp = torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, src)
+        return _mx_rows_and_tiles(xp, offs, spec)
+    return moe_kernels.dispatch_quantize(x, src, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
 
 
-def _swiglu(h13: Tensor) -> Tensor:
-    h1, h3 = h13.float().chunk(2, dim=-1)
-    return (F.silu(h1) * h3).to(h13.dtype)
+def swiglu_quantize(h13: Tensor, offs: Tensor, spec: FusedSpec):
+    """h13 [P, 2H] -> a = silu(h1) * h3 quantized: (aq [P, H], as, atq [H, P], ats)."""
+    if _own_token_major_layout(spec):
+        return _mx_rows_and_tiles(moe_reference.swiglu_values(h13).to(h13.dtype), offs, spec)
+    return moe_kernels.swiglu_quantize(h13, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
 
 
-def swiglu_quantize(h13: Tensor, offs: Tensor, spec: FusedSpec, token_major: bool = True):
-    """h13 [P, 2H] -> a = silu(h1) * h3 (fp32 math, rounded once to h13's dtype) quantized:
-    (aq [P, H], as, atq [H, P], ats)."""
-    return _quantize_rows_and_token_major(_swiglu(h13), offs, spec,
-                                          spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1, token_major)
-
-
-def swiglu_backward(da: Tensor, h13: Tensor) -> Tensor:
-    """dh13 [P, 2H] = [da * h3 * silu'(h1), da * silu(h1)] (fp32 math, rounded once to da's dtype)."""
-    h1, h3 = h13.float().chunk(2, dim=-1)
-    d = da.float()
-    sig = torch.sigmoid(h1)
-    silu = h1 * sig
-    dh1 = d * h3 * (sig * (1 + h1 * (1 - sig)))
-    return torch.cat([dh1, d * silu], dim=-1).to(da.dtype)
-
-
-def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, spec: FusedSpec, token_major: bool = True):
+def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, spec: FusedSpec):
     """-> (dq [P, 2H], ds, dtq [2H, P], dts): dh13 quantized for w13's dgrad (rows) and wgrad (token-major)."""
-    return _quantize_rows_and_token_major(swiglu_backward(da, h13), offs, spec, 1, token_major)
+    return moe_kernels.swiglu_quantize_backward(da, h13, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
 
 
-def combine(y: Tensor, pos: Tensor, weights: Tensor) -> Tensor:
-    """out[t] = sum_j weights[t, j] * y[pos[t*k + j]] in fp32, slot order (deterministic), y's dtype out."""
-    n, k = weights.shape
-    pairs = y.index_select(0, pos).view(n, k, y.shape[1])
-    return (pairs.float() * weights.float().unsqueeze(-1)).sum(dim=1).to(y.dtype)
+def combine(y: Tensor, pos: Tensor, weights: Tensor, spec: FusedSpec) -> Tensor:
+    """out[t] = sum_j weights[t, j] * y[pos[t*k + j]] (fp32, slot order, deterministic), y's dtype."""
+    return moe_kernels.combine(y, pos, weights.float(), backend=_moe_backend(spec))
 
 
-def combine_backward(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor,
-                     spec: FusedSpec, token_major: bool = True, need_dweights: bool = True):
-    """-> (dyq [P, D], dys, dytq [D, P], dyts, dweights [N, k] fp32): dy[r] = weights[token, slot] * dout[token]
-    (rounded once to dout's dtype; 0 on padding rows), quantized for w2's dgrad and wgrad."""
-    n, k = weights.shape
-    P = src.shape[0]
-    w_row = weights.new_zeros(P, dtype=torch.float32).index_put((pos,), weights.reshape(-1).float())
-    dout_ext = torch.cat([dout, dout.new_zeros(1, dout.shape[1])])
-    dy = (dout_ext.index_select(0, src).float() * w_row[:, None]).to(dout.dtype)
-    dyq, dys, dytq, dyts = _quantize_rows_and_token_major(dy, offs, spec, 1, token_major)
-    dweights = None
-    if need_dweights:
-        pairs = y.index_select(0, pos).view(n, k, y.shape[1]).float()
-        dweights = (dout.float().unsqueeze(1) * pairs).sum(-1)
-    return dyq, dys, dytq, dyts, dweights
+def combine_backward(dout, y, pos, weights, src, offs, spec: FusedSpec):
+    """-> (dyq [P, D], dys, dytq [D, P], dyts, dweights [N, k] fp32)."""
+    return moe_kernels.combine_backward(dout, y, pos, weights.float(), src, offs, spec.recipe, spec.align,
+                                        backend=_moe_backend(spec))
 
 
 # ------------------------------------------------------------------------------------------ GEMMs
@@ -380,18 +358,19 @@ def _masked_grouped_wgrad(dt: Tensor, at: Tensor, offs: Tensor) -> Tensor:
 _EMU = torch.float64  # emulated GEMMs: exact products of the decoded float8 values, one rounding at the end
 
 
-def _rw_decode_rows(q: Tensor, s: Tensor) -> Tensor:
-    return q.to(_EMU) / s.to(_EMU).unsqueeze(-1)
+def _rw_decode(q: Tensor, scale: Tensor) -> Tensor:
+    """fp8_rowwise data [.., R, C] with one quantization scale per row [.., R]: value = data / scale."""
+    return q.to(_EMU) / scale.to(_EMU).unsqueeze(-1)
 
 
 def _f8_fprop(xq, xs, wq, ws, offs, spec: FusedSpec, out_dtype):
-    """out[r] = x[r] @ w[e]^T; xq [P, K], wq [E, N, K] (fwd operand)."""
+    """out[r] = x[r] @ w[e]^T; xq [P, K], wq [E, N, K] (contract 1's fwd operand)."""
     if spec.recipe == "fp8_rowwise":
         if spec.emulated:
-            return _masked_grouped_matmul(_rw_decode_rows(xq, xs), _rw_decode_rows(wq, ws).transpose(1, 2),
+            return _masked_grouped_matmul(_rw_decode(xq, xs), _rw_decode(wq, ws).transpose(1, 2),
                                           offs).to(out_dtype)
-        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), xs.reciprocal(), ws.reciprocal().contiguous(),
-                                        offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
+        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), xs.reciprocal(), ws.reciprocal(), offs=offs,
+                                        out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
     g = spec.g
     if spec.emulated:
         x = from_mxfp8(xq, xs, dim=-1, dtype=_EMU)
@@ -402,13 +381,13 @@ def _f8_fprop(xq, xs, wq, ws, offs, spec: FusedSpec, out_dtype):
 
 
 def _f8_dgrad(dq, ds, wtq, wts, offs, spec: FusedSpec, out_dtype):
-    """dx[r] = dout[r] @ w[e]; dq [P, N], wtq [E, K, N] (bwd operand: w^T), wts its scale."""
+    """dx[r] = dout[r] @ w[e]; dq [P, N], wtq [E, K, N] (contract 1's bwd operand: w^T) with its scale."""
     if spec.recipe == "fp8_rowwise":
         if spec.emulated:
-            return _masked_grouped_matmul(_rw_decode_rows(dq, ds), _rw_decode_rows(wtq, wts).transpose(1, 2),
+            return _masked_grouped_matmul(_rw_decode(dq, ds), _rw_decode(wtq, wts).transpose(1, 2),
                                           offs).to(out_dtype)
-        return torch._scaled_grouped_mm(dq, wtq.transpose(-2, -1), ds.reciprocal(), wts.reciprocal().contiguous(),
-                                        offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
+        return torch._scaled_grouped_mm(dq, wtq.transpose(-2, -1), ds.reciprocal(), wts.reciprocal(), offs=offs,
+                                        out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
     g = spec.g
     wn, wns = wtq.transpose(1, 2), wts  # [E, N, K] view, scale [E, N/32, K]
     if spec.emulated:
@@ -421,9 +400,9 @@ def _f8_dgrad(dq, ds, wtq, wts, offs, spec: FusedSpec, out_dtype):
 
 def _f8_wgrad(dtq, dts, atq, ats, offs, spec: FusedSpec, out_dtype):
     """dW[e] = dout[rows of e]^T @ a[rows of e] from token-major copies dtq [N, P], atq [K, P] -> [E, N, K]."""
-    if spec.recipe == "fp8_rowwise":
-        group = _group_of_rows(offs, dtq.shape[1])
+    if spec.recipe == "fp8_rowwise":  # scales [E, C]: one per (group, feature)
         if spec.emulated:
+            group = _row_group(offs, dtq.shape[1]).clamp(max=offs.shape[0] - 1)
             dt = dtq.to(_EMU) / dts.to(_EMU).index_select(0, group).t()
             at = atq.to(_EMU) / ats.to(_EMU).index_select(0, group).t()
             return _masked_grouped_wgrad(dt, at, offs).to(torch.bfloat16).to(out_dtype)
@@ -436,7 +415,7 @@ def _f8_wgrad(dtq, dts, atq, ats, offs, spec: FusedSpec, out_dtype):
         at = from_mxfp8(atq, ats, dim=-1, dtype=_EMU)
         return _masked_grouped_wgrad(dt, at, offs).to(out_dtype)
     kernel_dtype = out_dtype if out_dtype in (torch.float32, torch.bfloat16) else torch.float32
-    dw = mxfp8_grouped_mm_wgrad(dtq, dts, atq, ats, offs, kernel_dtype, block=g.block, a_tile=g.wgrad_x_tile,
+    dw = mxfp8_grouped_mm_wgrad(dtq, dts, atq, ats, offs, kernel_dtype, block=g.block, a_tile=_a_tile(spec),
                                 validate=False, **_gemm_backend(spec))
     return dw if kernel_dtype == out_dtype else dw.to(out_dtype)
 
@@ -446,46 +425,42 @@ def _gemm_backend(spec: FusedSpec) -> dict:
     return {} if spec.backend == "auto" else {"backend": spec.backend}
 
 
+def _weight(w: Tensor, spec: FusedSpec, which: str):
+    ops = expert_weights.expert_weight_operands(w, spec.recipe, spec.granularity, which=which)
+    return (ops.fwd_data, ops.fwd_scale) if which == "fwd" else (ops.bwd_data, ops.bwd_scale)
+
+
 # ------------------------------------------------------------------------------------------ the autograd op
 class _FusedExperts(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weights, w13, w2, src, pos, offs, spec: FusedSpec):
-        need_w = ctx.needs_input_grad[2] or ctx.needs_input_grad[3]
-        xq, xs, xtq, xts = dispatch_quantize(x, src, offs, spec, token_major=ctx.needs_input_grad[2])
-        o13 = expert_weight_operands(w13, spec.recipe, spec.granularity)
-        h13 = _f8_fprop(xq, xs, o13.fwd_data, o13.fwd_scale, offs, spec, x.dtype)
-        aq, as_, atq, ats = swiglu_quantize(h13, offs, spec, token_major=ctx.needs_input_grad[3])
-        o2 = expert_weight_operands(w2, spec.recipe, spec.granularity)
-        y = _f8_fprop(aq, as_, o2.fwd_data, o2.fwd_scale, offs, spec, x.dtype)
-        out = combine(y, pos, weights)
+        xq, xs, xtq, xts = dispatch_quantize(x, src, offs, spec)
+        h13 = _f8_fprop(xq, xs, *_weight(w13, spec, "fwd"), offs, spec, x.dtype)
+        aq, as_, atq, ats = swiglu_quantize(h13, offs, spec)
+        y = _f8_fprop(aq, as_, *_weight(w2, spec, "fwd"), offs, spec, x.dtype)
+        out = combine(y, pos, weights, spec)
+        # float8 token-major copies for the wgrads, h13 for SwiGLU's backward, y for the router weights' grad
         ctx.save_for_backward(xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs)
-        ctx.spec, ctx.need_w = spec, need_w
+        ctx.spec = spec
         return out
 
     @staticmethod
     def backward(ctx, dout):
         xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs = ctx.saved_tensors
         spec = ctx.spec
-        need_x, need_r, need_13, need_2 = ctx.needs_input_grad[:4]
         n, k = weights.shape
         dout = dout.contiguous()
-        dyq, dys, dytq, dyts, dweights = combine_backward(dout, y, pos, weights, src, offs, spec,
-                                                          token_major=need_2, need_dweights=need_r)
-        dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if need_2 else None
-        dx = dw13 = None
-        if need_x or need_13:
-            o2 = expert_weight_operands(w2, spec.recipe, spec.granularity)
-            da = _f8_dgrad(dyq, dys, o2.bwd_data, o2.bwd_scale, offs, spec, dout.dtype)
-            dq, ds, dtq, dts = swiglu_quantize_backward(da, h13, offs, spec, token_major=need_13)
-            if need_13:
-                dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype)
-            if need_x:
-                o13 = expert_weight_operands(w13, spec.recipe, spec.granularity)
-                dx_buf = _f8_dgrad(dq, ds, o13.bwd_data, o13.bwd_scale, offs, spec, dout.dtype)
-                # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
-                dx = dx_buf.index_select(0, pos).view(n, k, -1).sum(dim=1)
-        if dweights is not None:
-            dweights = dweights.to(weights.dtype)
+        dyq, dys, dytq, dyts, dweights = combine_backward(dout, y, pos, weights, src, offs, spec)
+        dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if ctx.needs_input_grad[3] else None
+        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd"), offs, spec, dout.dtype)
+        dq, ds, dtq, dts = swiglu_quantize_backward(da, h13, offs, spec)
+        dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd"), offs, spec, dout.dtype)
+            # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
+            dx = dx_buf.index_select(0, pos).view(n, k, -1).sum(dim=1)
+        dweights = dweights.to(weights.dtype) if ctx.needs_input_grad[1] else None
         return dx, dweights, dw13, dw2, None, None, None, None
 
 
@@ -512,14 +487,15 @@ class Float8GroupedExperts(GroupedExperts):
     moe_recipe "fp8_rowwise" | "mxfp8" (granularity mx128 / mx32 / mx32_plain); backend "auto" (CUDA: the
     fast path; elsewhere the emulated twin), "emulated", or for mxfp8 a kernels.grouped_gemm backend name.
     The owning MoE must pad token groups to `token_group_align` (16 for fp8_rowwise, the mxfp8 block).
+    act_backend "reference" runs kernels.moe's plain PyTorch ops instead of its Triton kernels (benchmarks).
     """
 
     def __init__(self, dim: int, hidden_dim: int, num_experts: int, moe_recipe: str = "mxfp8",
-                 granularity: str | None = None, backend: str = "auto"):
+                 granularity: str | None = None, backend: str = "auto", act_backend: str = "auto"):
         super().__init__(dim, hidden_dim, num_experts)
-        self._configure(moe_recipe, granularity, backend)
+        self._configure(moe_recipe, granularity, backend, act_backend)
 
-    def _configure(self, moe_recipe, granularity, backend):
+    def _configure(self, moe_recipe, granularity, backend, act_backend="auto"):
         if moe_recipe == "mxfp8":
             granularity = granularity or DEFAULT_GRANULARITY
             bad = [f"{n} {tuple(getattr(self, n).shape)}" for n in ("w13", "w2")
@@ -533,9 +509,9 @@ class Float8GroupedExperts(GroupedExperts):
             if bad:
                 raise ValueError(f"Float8GroupedExperts: moe_recipe 'fp8_rowwise' needs out/in dims that are "
                                  f"multiples of 16: {', '.join(bad)}")
-        make_fused_spec(moe_recipe, granularity, backend, "cpu")  # validates the names
-        self.moe_recipe, self.granularity, self.backend = moe_recipe, granularity, backend
-        self.token_group_align = make_fused_spec(moe_recipe, granularity, backend, "cpu").align
+        spec = make_fused_spec(moe_recipe, granularity, backend, "cpu", act_backend)  # validates the names
+        self.moe_recipe, self.granularity, self.backend, self.act_backend = moe_recipe, granularity, backend, act_backend
+        self.token_group_align = spec.align
 
     @classmethod
     def from_grouped_experts(cls, experts: GroupedExperts, config) -> "Float8GroupedExperts":
@@ -555,7 +531,7 @@ class Float8GroupedExperts(GroupedExperts):
         return new
 
     def spec(self, device) -> FusedSpec:
-        return make_fused_spec(self.moe_recipe, self.granularity, self.backend, device)
+        return make_fused_spec(self.moe_recipe, self.granularity, self.backend, device, self.act_backend)
 
     def forward(self, x_sorted: Tensor, offs: Tensor) -> Tensor:
         """Tokens already in expert order (groups padded to token_group_align, offs[-1] == rows): the fused
