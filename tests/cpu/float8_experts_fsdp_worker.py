@@ -246,7 +246,9 @@ def moe_train(recipe, gran, E, ag, precompute=False, steps=3):
         losses.append(loss.item())
         per_step.append(counter.max_allreduce - before)
     counter.restore()
-    return {"losses": losses, "per_step_max_allreduce": per_step, "seen": sorted(seen)}
+    # checkpoints hold the plain high-precision expert weights, never the float8 subclasses
+    kinds = sorted({type(getattr(v, "_local_tensor", v)).__name__ for v in m.state_dict().values()})
+    return {"losses": losses, "per_step_max_allreduce": per_step, "seen": sorted(seen), "state_dict_types": kinds}
 
 
 def main(rank, world, init_file, out_dir):

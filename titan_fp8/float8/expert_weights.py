@@ -65,7 +65,14 @@ from kernels.mxfp8.reference import _quantize_blocks, e8m0_to_fp32
 
 from .config import E4M3, Float8Config
 from .scaling import amax_to_scale, to_float8
-from .weights import _OPTIMIZER_GENERATION, Float8TrainingWeight, ScaleCache
+from .weights import (
+    _OPTIMIZER_GENERATION,
+    Float8TrainingWeight,
+    ScaleCache,
+    compute_scales,
+    group_entries,
+    warn_stale_precompute,
+)
 
 WEIGHT_TILE = 128  # mxfp8 mx128 / mx32 expert weights: one E8M0 scale per 128x128 tile
 MX_BLOCK = 32
@@ -356,7 +363,6 @@ class Float8ExpertWeight(Float8TrainingWeight):
         if cache is None or not cache.valid():
             # same decision on every rank (it depends only on the optimizer generation): the all-reduce
             # below cannot deadlock. It computes every float8 weight of the model at once.
-            from .weights import compute_scales, group_entries, warn_stale_precompute
             warn_stale_precompute(self._config)
             compute_scales(group_entries(module))
             cache = module._float8_expert_amax[self._attr]
