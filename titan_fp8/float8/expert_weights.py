@@ -220,11 +220,14 @@ def quantize_expert_weight(w: Tensor, moe_recipe: str, granularity: Optional[str
     return operands_from_compact(data, compact, moe_recipe, which)
 
 
-def quantize_whole(w: Tensor, moe_recipe: str) -> tuple[Tensor, Tensor]:
+def quantize_whole(w: Tensor, moe_recipe: str, backend: str = "auto") -> tuple[Tensor, Tensor]:
     """(fprop bytes [E, N, K], compact scales) of a whole weight (or a shard holding whole scale groups).
-    CUDA mxfp8: the one-read Triton quantizer (kernels/grouped_gemm/quant_triton.py, bit-identical to
-    to_mxfp8_blocked); elsewhere the plain PyTorch groups of quantize_part."""
-    if moe_recipe == "mxfp8" and w.is_cuda and w.numel():
+    mxfp8 on CUDA ("auto") or backend="triton": the one-read Triton quantizer (kernels/grouped_gemm/
+    quant_triton.py, bit-identical to to_mxfp8_blocked); otherwise the plain PyTorch groups of quantize_part."""
+    if backend not in ("auto", "triton", "reference"):
+        raise ValueError(f"quantize_whole: backend={backend!r}; allowed: 'auto', 'triton', 'reference'")
+    triton = backend == "triton" or (backend == "auto" and w.is_cuda)
+    if moe_recipe == "mxfp8" and triton and w.numel():
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         data, scale = to_mxfp8_blocked_rowcol(w, row_block=WEIGHT_TILE, row_tile=WEIGHT_TILE, do_col=False)[:2]
         return data, scale[:, ::WEIGHT_TILE, ::WEIGHT_TILE // MX_BLOCK].contiguous()
