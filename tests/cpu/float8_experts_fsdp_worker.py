@@ -100,7 +100,7 @@ class Net(nn.Module):
     def forward(self, x):
         for b in self.layers:
             x = b(x)
-        return x.float().pow(2).mean()
+        return x
 
 
 def build(recipe, gran, E, ag, fsdp=True, linears=False, shard1=False, precompute=False, param_dtype=None):
@@ -136,7 +136,6 @@ def batch(step):
 
 
 def train(recipe, gran, E, ag, steps=3, record=False, precompute=False, **kw):
-    from titan_fp8.float8 import precompute_float8_dynamic_scale_for_fsdp
     from titan_fp8.float8.expert_weights import Float8GatheredExpertWeight
 
     m = build(recipe, gran, E, ag, precompute=precompute, **kw)
@@ -155,28 +154,37 @@ def train(recipe, gran, E, ag, steps=3, record=False, precompute=False, **kw):
         for name, mod in m.named_modules():
             if isinstance(mod, Experts):
                 mod.register_forward_pre_hook(lambda mod, args, name=name: hook(mod, args, name))
+    out = run_steps(m, opt, [batch(s) for s in range(steps)], precompute, sync_grads=not kw.get("fsdp", True))
+    return {**out, "recorded": recorded, "full": full}
+
+
+def run_steps(m, opt, batches, precompute, sync_grads=False):
+    """Train on `batches` (loss = mean square of the output), counting MAX all-reduces per step (the
+    precompute call after each step included, as the trainer makes it)."""
+    from titan_fp8.float8 import precompute_float8_dynamic_scale_for_fsdp
+
     counter = Counter()
     if precompute:
-        precompute_float8_dynamic_scale_for_fsdp(m)
-    losses, per_step_ar = [], []
-    for step in range(steps):
+        precompute_float8_dynamic_scale_for_fsdp(m)  # at start-up: step 1 pays no all-reduce in its gathers
+    losses, per_step, grad_types = [], [], set()
+    for x in batches:
         before = counter.max_allreduce
-        loss = m(batch(step))
+        loss = m(x).float().pow(2).mean()
         loss.backward()
-        if not kw.get("fsdp", True):
+        if sync_grads:  # non-FSDP reference: average gradients as FSDP2's reduce-scatter does
             for p in m.parameters():
                 dist.all_reduce(p.grad)
                 p.grad.div_(dist.get_world_size())
-        grad_types = sorted({type(getattr(p.grad, "_local_tensor", p.grad)).__name__ for p in m.parameters()})
+        grad_types |= {type(getattr(p.grad, "_local_tensor", p.grad)).__name__ for p in m.parameters()}
         opt.step()
         opt.zero_grad(set_to_none=True)
         if precompute:
             precompute_float8_dynamic_scale_for_fsdp(m)
         losses.append(loss.item())
-        per_step_ar.append(counter.max_allreduce - before)
+        per_step.append(counter.max_allreduce - before)
     counter.restore()
-    return {"losses": losses, "per_step_max_allreduce": per_step_ar, "ag_bytes": counter.ag_bytes,
-            "recorded": recorded, "full": full, "grad_types": grad_types}
+    return {"losses": losses, "per_step_max_allreduce": per_step, "ag_bytes": counter.ag_bytes,
+            "grad_types": sorted(grad_types)}
 
 
 def exact_vs_quantize_after_gather(res, recipe, gran):
@@ -214,7 +222,7 @@ def moe_train(recipe, gran, E, ag, precompute=False, steps=3):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
-    from titan_fp8.float8 import Float8Config, convert_to_float8_training, precompute_float8_dynamic_scale_for_fsdp
+    from titan_fp8.float8 import Float8Config, convert_to_float8_training
 
     torch.manual_seed(0)
     m = nn.Sequential(*[MoEBlock(E) for _ in range(2)])
@@ -230,23 +238,12 @@ def moe_train(recipe, gran, E, ag, precompute=False, steps=3):
         fully_shard(b, mesh=mesh)
     fully_shard(m, mesh=mesh)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=True)
-    counter = Counter()
-    if precompute:
-        precompute_float8_dynamic_scale_for_fsdp(m)
-    losses, per_step = [], []
-    for step in range(steps):
-        before = counter.max_allreduce
-        g = torch.Generator().manual_seed(77 + 5 * step + dist.get_rank())
-        loss = m(torch.randn(1, 64, 128, generator=g)).float().pow(2).mean()
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if precompute:
-            precompute_float8_dynamic_scale_for_fsdp(m)
-        losses.append(loss.item())
-        per_step.append(counter.max_allreduce - before)
-    counter.restore()
-    return {"losses": losses, "per_step_max_allreduce": per_step, "seen": sorted(seen)}
+    batches = [torch.randn(1, 64, 128, generator=torch.Generator().manual_seed(77 + 5 * s + dist.get_rank()))
+               for s in range(steps)]
+    out = run_steps(m, opt, batches, precompute)
+    # checkpoints hold the plain high-precision expert weights, never the float8 subclasses
+    kinds = sorted({type(getattr(v, "_local_tensor", v)).__name__ for v in m.state_dict().values()})
+    return {**out, "seen": sorted(seen), "state_dict_types": kinds}
 
 
 def main(rank, world, init_file, out_dir):

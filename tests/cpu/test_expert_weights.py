@@ -163,3 +163,20 @@ def test_gathered_weight_is_a_parameter_autograd_and_torch_compile_see_through(r
     p.grad = x.grad = None
     torch.compile(f, fullgraph=True, backend="aot_eager")(x, p).backward()
     assert torch.equal(p.grad, g_eager) and torch.equal(x.grad, gx_eager)
+
+
+def test_triton_whole_weight_quantizer_equals_reference(monkeypatch):
+    """The CUDA path of quantize_whole (one-read Triton tile quantizer) under the interpreter: same bytes and
+    compact tile scales as the plain PyTorch groups (values pre-rounded to bf16 so the interpreter's cast
+    rounding bugs, FACTS.md, cannot differ)."""
+    import importlib
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    qt = importlib.import_module("kernels.grouped_gemm.quant_triton")
+    monkeypatch.setattr(qt, "_INTERPRET", True)
+    from titan_fp8.float8.expert_weights import quantize_whole
+    w = weight(2, 256, 160).to(torch.bfloat16).float()
+    d_ref, s_ref = quantize_whole(w, "mxfp8", backend="reference")
+    d_tri, s_tri = quantize_whole(w, "mxfp8", backend="triton")
+    assert torch.equal(s_tri, s_ref) and s_ref.shape == (2, 2, 2)
+    assert same(d_tri, d_ref)

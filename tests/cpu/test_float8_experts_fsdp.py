@@ -88,6 +88,7 @@ def test_fused_expert_module_trains_on_float8_gathered_weights(runs, key, E):
         assert noag["seen"] == [("Float8GroupedExperts", "Parameter", "Parameter")]
         assert pre["losses"] == nopre["losses"] == noag["losses"]
         assert pre["per_step_max_allreduce"] == nopre["per_step_max_allreduce"] == [1, 1, 1]
+        assert pre["state_dict_types"] == ["Tensor"]
 
 
 def test_debug_train_run_tensorwise_linears_mxfp8_experts_float8_all_gather_loss_falls(tmp_path):

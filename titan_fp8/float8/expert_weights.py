@@ -65,7 +65,14 @@ from kernels.mxfp8.reference import _quantize_blocks, e8m0_to_fp32
 
 from .config import E4M3, Float8Config
 from .scaling import amax_to_scale, to_float8
-from .weights import _OPTIMIZER_GENERATION, Float8TrainingWeight, ScaleCache
+from .weights import (
+    _OPTIMIZER_GENERATION,
+    Float8TrainingWeight,
+    ScaleCache,
+    compute_scales,
+    group_entries,
+    warn_stale_precompute,
+)
 
 WEIGHT_TILE = 128  # mxfp8 mx128 / mx32 expert weights: one E8M0 scale per 128x128 tile
 MX_BLOCK = 32
@@ -213,11 +220,14 @@ def quantize_expert_weight(w: Tensor, moe_recipe: str, granularity: Optional[str
     return operands_from_compact(data, compact, moe_recipe, which)
 
 
-def quantize_whole(w: Tensor, moe_recipe: str) -> tuple[Tensor, Tensor]:
+def quantize_whole(w: Tensor, moe_recipe: str, backend: str = "auto") -> tuple[Tensor, Tensor]:
     """(fprop bytes [E, N, K], compact scales) of a whole weight (or a shard holding whole scale groups).
-    CUDA mxfp8: the one-read Triton quantizer (kernels/grouped_gemm/quant_triton.py, bit-identical to
-    to_mxfp8_blocked); elsewhere the plain PyTorch groups of quantize_part."""
-    if moe_recipe == "mxfp8" and w.is_cuda and w.numel():
+    mxfp8 on CUDA ("auto") or backend="triton": the one-read Triton quantizer (kernels/grouped_gemm/
+    quant_triton.py, bit-identical to to_mxfp8_blocked); otherwise the plain PyTorch groups of quantize_part."""
+    if backend not in ("auto", "triton", "reference"):
+        raise ValueError(f"quantize_whole: backend={backend!r}; allowed: 'auto', 'triton', 'reference'")
+    triton = backend == "triton" or (backend == "auto" and w.is_cuda)
+    if moe_recipe == "mxfp8" and triton and w.numel():
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         data, scale = to_mxfp8_blocked_rowcol(w, row_block=WEIGHT_TILE, row_tile=WEIGHT_TILE, do_col=False)[:2]
         return data, scale[:, ::WEIGHT_TILE, ::WEIGHT_TILE // MX_BLOCK].contiguous()
@@ -356,7 +366,6 @@ class Float8ExpertWeight(Float8TrainingWeight):
         if cache is None or not cache.valid():
             # same decision on every rank (it depends only on the optimizer generation): the all-reduce
             # below cannot deadlock. It computes every float8 weight of the model at once.
-            from .weights import compute_scales, group_entries, warn_stale_precompute
             warn_stale_precompute(self._config)
             compute_scales(group_entries(module))
             cache = module._float8_expert_amax[self._attr]

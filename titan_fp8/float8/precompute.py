@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch.nn as nn
 
-from .weights import compute_scales, model_entries, shard_group  # noqa: F401  (shard_group: old import path)
+from .weights import compute_scales, model_entries
 
 
 def float8_weights(model: nn.Module):
