@@ -253,18 +253,9 @@ def test_from_grouped_experts_shares_parameters():
         Float8GroupedExperts.from_grouped_experts(ex, Cfg())
 
 
-@pytest.mark.parametrize("recipe,gran", [("fp8_rowwise", None), ("mxfp8", "mx128")])
-def test_compiles_fullgraph_without_host_sync(recipe, gran):
-    """The whole fused op (fwd + bwd) traces with fullgraph=True (a host sync or data-dependent branch would
-    break the graph) and gives the eager result within inductor's fp32 rounding."""
-    torch._dynamo.reset()
-    fused, _ = _models(recipe, gran)
-    n = 48
-    ids = _routing("uneven", n, 2)
-    x, w, g = _inputs(n, 2, ids)
-    plan = dispatch_plan(ids, E, fused.token_group_align)
-    spec = fused.spec("cpu")
-
+def _assert_compiled_equals_eager(fused, spec, x, w, plan, g):
+    """fused_experts with `spec` under torch.compile(fullgraph=True, aot_eager: dynamo + AOTAutograd, fake
+    tensors) fwd + bwd equals the eager emulated module bit for bit."""
     def step(x, w, w13, w2, src, pos, offs):
         return fused_experts(x, w, w13, w2, DispatchPlan(src, pos, offs, offs), spec)
 
@@ -274,8 +265,23 @@ def test_compiles_fullgraph_without_host_sync(recipe, gran):
     (out.float() * g).sum().backward()
     got = [out.detach(), xs.grad, ws.grad, fused.w13.grad, fused.w2.grad]
     want = _run(fused, x, w, plan, g)
-    for a, b in zip(got, want):
-        assert torch.equal(a, b)
+    for name, a, b in zip(NAMES, got, want):
+        assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("recipe,gran", [("fp8_rowwise", None), ("mxfp8", "mx128")])
+def test_compiles_fullgraph_without_host_sync(recipe, gran):
+    """The whole fused op (fwd + bwd) traces with fullgraph=True (a host sync or data-dependent branch would
+    break the graph) and gives the eager result."""
+    torch._dynamo.reset()
+    fused, _ = _models(recipe, gran)
+    n = 48
+    ids = _routing("uneven", n, 2)
+    x, w, g = _inputs(n, 2, ids)
+    plan = dispatch_plan(ids, E, fused.token_group_align)
+    spec = fused.spec("cpu")
+
+    _assert_compiled_equals_eager(fused, spec, x, w, plan, g)
 
 
 def test_kernel_path_compiles_fullgraph_interpreted():
@@ -299,14 +305,4 @@ def test_kernel_path_compiles_fullgraph_interpreted():
     kernel_spec = make_fused_spec("mxfp8", "mx128", "auto", device="cuda")  # "cuda": the kernel path
     assert not kernel_spec.emulated
 
-    def step(x, w, w13, w2, src, pos, offs):
-        return fused_experts(x, w, w13, w2, DispatchPlan(src, pos, offs, offs), kernel_spec)
-
-    compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
-    xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
-    out = compiled(xs, ws, fused.w13, fused.w2, plan.src, plan.pos, plan.offs)
-    (out.float() * g).sum().backward()
-    got = [out.detach(), xs.grad, ws.grad, fused.w13.grad, fused.w2.grad]
-    want = _run(fused, x, w, plan, g)
-    for name, a, b in zip(NAMES, got, want):
-        assert torch.equal(a, b), name
+    _assert_compiled_equals_eager(fused, kernel_spec, x, w, plan, g)
