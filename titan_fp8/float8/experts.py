@@ -46,7 +46,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.profiler import record_function
 
@@ -517,7 +516,8 @@ class Float8GroupedExperts(GroupedExperts):
                 raise ValueError(f"Float8GroupedExperts: moe_recipe 'fp8_rowwise' needs out/in dims that are "
                                  f"multiples of 16: {', '.join(bad)}")
         spec = make_fused_spec(moe_recipe, granularity, backend, "cpu", act_backend)  # validates the names
-        self.moe_recipe, self.granularity, self.backend, self.act_backend = moe_recipe, granularity, backend, act_backend
+        self.moe_recipe, self.granularity = moe_recipe, granularity
+        self.backend, self.act_backend = backend, act_backend
         self.token_group_align = spec.align
 
     @classmethod
