@@ -281,9 +281,61 @@ def _(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile
     return do_t_data.new_empty((offs.shape[0], do_t_data.shape[0], a_t_data.shape[0]), dtype=out_dtype)
 
 
+# Gluon backend (gluon_mx.py, sm_90 only): true 1x32 promotion with the wgmma of step j+1 in flight while
+# step j is promoted; needs the 128-row-tiled scale of W (fprop/dgrad) / A^T (wgrad). Same signatures.
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_fprop_gluon", mutates_args=())
+def _fprop_gluon_op(a_data: torch.Tensor, a_scale: torch.Tensor, w_data: torch.Tensor, w_scale: torch.Tensor,
+                    offs: torch.Tensor, out_dtype: torch.dtype, block: int, w_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_nt
+    a = a_data if a_data.stride(-1) == 1 else a_data.contiguous()
+    w = w_data.contiguous()
+    _check_int32_indexing("mxfp8_grouped_mm_fprop", A=a, W=w)
+    return launch_nt(a, a_scale, w, w_scale, offs, out_dtype)
+
+
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_dgrad_gluon", mutates_args=())
+def _dgrad_gluon_op(do_data: torch.Tensor, do_scale: torch.Tensor, w_data: torch.Tensor, w_scale: torch.Tensor,
+                    offs: torch.Tensor, out_dtype: torch.dtype, block: int, w_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_nt
+    do = do_data if do_data.stride(-1) == 1 else do_data.contiguous()
+    wt = w_data.transpose(1, 2).contiguous()  # [E, K, N]: rows k, reduction n (free for a transposed view)
+    _check_int32_indexing("mxfp8_grouped_mm_dgrad", dO=do, W=wt)
+    return launch_nt(do, do_scale, wt, w_scale.transpose(1, 2), offs, out_dtype)
+
+
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_wgrad_gluon", mutates_args=())
+def _wgrad_gluon_op(do_t_data: torch.Tensor, do_t_scale: torch.Tensor, a_t_data: torch.Tensor,
+                    a_t_scale: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype, block: int,
+                    a_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_wgrad
+    x = do_t_data if do_t_data.stride(-1) == 1 else do_t_data.contiguous()
+    y = a_t_data if a_t_data.stride(-1) == 1 else a_t_data.contiguous()
+    out_elems = offs.shape[0] * x.shape[0] * y.shape[0]
+    if out_elems >= _I32:
+        raise ValueError(f"mxfp8_grouped_mm_wgrad: dW of {out_elems} elements needs 64-bit indexing")
+    _check_int32_indexing("mxfp8_grouped_mm_wgrad", dO_t=x, A_t=y)
+    return launch_wgrad(x, do_t_scale, y, a_t_scale, offs, out_dtype)
+
+
+for _op, _ref in ((_fprop_gluon_op, _fprop_op), (_dgrad_gluon_op, _dgrad_op), (_wgrad_gluon_op, _wgrad_op)):
+    _op.register_fake(_ref._abstract_fn)
+
+# backend name -> (fprop, dgrad, wgrad) custom ops
+_BACKEND_OPS = {"triton": (_fprop_op, _dgrad_op, _wgrad_op), "gluon": (_fprop_gluon_op, _dgrad_gluon_op, _wgrad_gluon_op)}
+
+
+def _backend_op(who, backend, which, tile, tile_name):
+    if backend not in _BACKEND_OPS:
+        _fail(who, f"backend={backend!r}; allowed: {tuple(_BACKEND_OPS)}")
+    if backend == "gluon" and tile == 1:
+        _fail(who, f"backend='gluon' needs the 128-row-tiled scale ({tile_name} a multiple of {COL_TILE}); "
+                   f"{tile_name}=1 runs on backend='triton'")
+    return _BACKEND_OPS[backend][which]
+
+
 # ------------------------------------------------------------------------------------------ public API
 def mxfp8_grouped_mm_fprop(a_data, a_scale, w_data, w_scale, offs, out_dtype=torch.bfloat16, *, block=32,
-                           w_tile=1, validate=True):
+                           w_tile=1, validate=True, backend="triton"):
     """out[g] = A[g] @ W[e]^T (see the module docstring). Returns [M, N] out_dtype."""
     who = "mxfp8_grouped_mm_fprop"
     _check_pair(who, "a", a_data, a_scale, 2)
@@ -300,15 +352,16 @@ def mxfp8_grouped_mm_fprop(a_data, a_scale, w_data, w_scale, offs, out_dtype=tor
         _fail(who, f"w_scale.shape is {tuple(w_scale.shape)}; expected {(E, N, K // 32)} (along K)")
     _check_offs(who, offs, E)
     _check_block(who, block, w_tile, "w_tile")
+    op = _backend_op(who, backend, 0, w_tile, "w_tile")
     if validate:
         _assert_runs_equal(a_scale, 1, block // 32, "a_scale along K")
         _assert_runs_equal(w_scale, 2, block // 32, "w_scale along K")
         _assert_runs_equal(w_scale, 1, w_tile, "w_scale along N")
-    return _fprop_op(a_data, a_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
+    return op(a_data, a_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
 
 
 def mxfp8_grouped_mm_dgrad(do_data, do_scale, w_data, w_scale, offs, out_dtype=torch.bfloat16, *, block=32,
-                           w_tile=1, validate=True):
+                           w_tile=1, validate=True, backend="triton"):
     """dX[g] = dO[g] @ W[e], W [E, N, K] scaled along N (scale [E, N/32, K]). Returns [M, K] out_dtype."""
     who = "mxfp8_grouped_mm_dgrad"
     _check_pair(who, "do", do_data, do_scale, 2)
@@ -325,15 +378,16 @@ def mxfp8_grouped_mm_dgrad(do_data, do_scale, w_data, w_scale, offs, out_dtype=t
         _fail(who, f"w_scale.shape is {tuple(w_scale.shape)}; expected {(E, N // 32, K)} (W scaled along N)")
     _check_offs(who, offs, E)
     _check_block(who, block, w_tile, "w_tile")
+    op = _backend_op(who, backend, 1, w_tile, "w_tile")
     if validate:
         _assert_runs_equal(do_scale, 1, block // 32, "do_scale along N")
         _assert_runs_equal(w_scale, 1, block // 32, "w_scale along N")
         _assert_runs_equal(w_scale, 2, w_tile, "w_scale along K")
-    return _dgrad_op(do_data, do_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
+    return op(do_data, do_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
 
 
 def mxfp8_grouped_mm_wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32, *,
-                           block=32, a_tile=1, validate=True):
+                           block=32, a_tile=1, validate=True, backend="triton"):
     """dW[e] = dO[g]^T @ A[g] from token-major copies (see the module docstring). Returns [E, N, K]."""
     who = "mxfp8_grouped_mm_wgrad"
     _check_pair(who, "do_t", do_t_data, do_t_scale, 2)
@@ -352,8 +406,9 @@ def mxfp8_grouped_mm_wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out
     if out_dtype not in (torch.float32, torch.bfloat16):
         _fail(who, f"out_dtype={out_dtype}; allowed: torch.float32, torch.bfloat16")
     _check_block(who, block, a_tile, "a_tile")
+    op = _backend_op(who, backend, 2, a_tile, "a_tile")
     if validate:
         _assert_runs_equal(do_t_scale, 1, block // 32, "do_t_scale along tokens")
         _assert_runs_equal(a_t_scale, 1, block // 32, "a_t_scale along tokens")
         _assert_runs_equal(a_t_scale, 0, a_tile, "a_t_scale along K")
-    return _wgrad_op(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile)
+    return op(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile)
