@@ -130,8 +130,8 @@ def main():
                 calls["gluon_" + c] = {
                     "fprop": lambda s, cfg=cfg: launch_nt(s[2][0][0], s[2][0][1], wq[0], wq[1], offs,
                                                           torch.bfloat16, cfg),
-                    "dgrad": lambda s, cfg=cfg: launch_nt(s[2][1][0], s[2][1][1], wqt[0], wqt[1].transpose(1, 2),
-                                                          offs, torch.bfloat16, cfg),
+                    "dgrad": lambda s, cfg=cfg: launch_nt(s[2][1][0], s[2][1][1], wqt[0], wqt[1], offs,
+                                                          torch.bfloat16, cfg),
                     "wgrad": lambda s, cfg=cfg: launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0], s[2][3][1], offs,
                                                              torch.float32, cfg)}
             q0 = sets[0][2]
