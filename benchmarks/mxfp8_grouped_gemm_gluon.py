@@ -37,14 +37,17 @@ from kernels.grouped_gemm import (  # noqa: E402
 from kernels.grouped_gemm.gluon_mx import launch_nt, launch_wgrad  # noqa: E402
 from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
 
-# name: (BM|BN, 128, STAGES, GROUP, MODE, U, num_warps); MODE 0 = wait for every wgmma (Triton's schedule),
-# 1/2 = next wgmma in flight during the promotion (fresh zeros / reused registers), U = steps per unrolled block
+# name: (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps); MODE 0 = wait for every wgmma (Triton's schedule),
+# 1/2 = next wgmma in flight during the promotion (fresh zeros / reused registers), U = steps per unrolled block,
+# SUBK = steps of 32 per TMA stage
 CONFIGS = {
-    "default": (128, 128, 4, 8, 2, 8, 8),
-    "sync": (128, 128, 4, 8, 0, 8, 8),
-    "fresh_u4": (128, 128, 4, 8, 1, 4, 8),
-    "s6": (128, 128, 6, 8, 2, 8, 8),
-    "bm64": (64, 128, 5, 8, 2, 8, 4),
+    "default": (128, 128, 4, 8, 2, 8, 4, 8),
+    "s5": (128, 128, 5, 8, 2, 8, 4, 8),
+    "fresh": (128, 128, 4, 8, 1, 8, 4, 8),
+    "u4_k2_s6": (128, 128, 6, 8, 2, 4, 2, 8),
+    "sync": (128, 128, 4, 8, 0, 8, 4, 8),
+    "k1_s6": (128, 128, 6, 8, 2, 8, 1, 8),
+    "bm64": (64, 128, 4, 8, 2, 8, 4, 4),
 }
 
 
@@ -75,6 +78,9 @@ def main():
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
+    ap.add_argument("--op", default="", help="shapes (comma list) at which to also time the whole autograd op "
+                    "titan_fp8.float8.experts.mxfp8_grouped_mm(granularity='mx32') fwd+bwd, quantization included, "
+                    "backend triton vs gluon, against bf16 torch._grouped_mm fwd+bwd (even routing)")
     args = ap.parse_args()
     torch.manual_seed(0)
     M = E * TPE
@@ -171,6 +177,10 @@ def main():
         torch.cuda.empty_cache()
         write_json(meta, rows)
 
+    for shape in [v for v in args.op.split(",") if v]:
+        op_section(rec, shape, args.rep)
+        write_json(meta, rows)
+
     print(f"\nmx32 grouped GEMM (Gluon vs Triton vs bf16), {meta['device']}, torch {meta['torch']}, "
           f"triton {meta['triton']}, E={E}, {TPE} tokens/expert, {time.time() - t0:.0f}s")
     print(f"{'shape':10s} {'routing':7s} {'pass':6s} {'variant':16s} {'TFLOP/s':>8s} {'vs bf16':>8s} {'rel_err':>9s}")
@@ -182,6 +192,40 @@ def main():
         print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:6s} {r['variant']:16s} {r['TFLOPs']:8.1f} "
               f"{r['vs_bf16']:8.3f} {'' if r['rel_err'] is None else r['rel_err']:>9}")
     print("wrote", write_json(meta, rows))
+
+
+def op_section(rec, shape, rep):
+    """Whole op fwd+bwd (both quantizations of x and dO, weight quantizations, 3 GEMMs), 3 GEMMs of FLOPs."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "titan_fp8", "float8",
+                        "experts.py")  # loaded from its file: the package __init__ may need torchao
+    spec = importlib.util.spec_from_file_location("_experts_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    K, N = SHAPES[shape]
+    M = E * TPE
+    flops = 3 * 2 * M * N * K
+    offs = torch.tensor(routings(M)["even"], device="cuda").cumsum(0).to(torch.int32)
+    sets = [(torch.randn(M, K, device="cuda", dtype=torch.bfloat16).requires_grad_(),
+             torch.randn(M, N, device="cuda", dtype=torch.bfloat16)) for _ in range(2)]
+    w = (torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+    fns = {"bf16": lambda x: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)}
+    for b in ("triton", "gluon"):
+        fns["op_mx32_" + b] = lambda x, b=b: mod.mxfp8_grouped_mm(x, w, offs, granularity="mx32", backend=b)
+    base = None
+    for name, fn in fns.items():
+        try:
+            def step(s, fn=fn):
+                out = fn(s[0])
+                out.backward(s[1])
+            ms = bench([lambda s=s: step(s) for s in sets], rep)
+            base = base or ms
+            rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, ms=round(ms, 4),
+                TFLOPs=round(flops / ms / 1e9, 1), vs_bf16=round(base / ms, 3), rel_err=None)
+        except Exception as e:
+            rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, error=repr(e)[:300])
+    del sets, w
+    torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

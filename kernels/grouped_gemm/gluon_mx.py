@@ -44,9 +44,10 @@ SK = gl.constexpr(32)  # the scale block along the reduction axis: one wgmma (m6
 @gluon.jit
 def _e8m0_to_f32(b):
     """E8M0 bytes -> fp32 2^(b-127); 0 -> 2^-127 (subnormal bits 0x00400000), 255 -> NaN."""
+    # branch-free (it runs for every row every 32 of K): bit 8 of (b-1)|(b+1) is set exactly for b = 0 and
+    # b = 255, and that bit moved to 22 is the subnormal 2^-127 (b = 0) or the quiet-NaN bit (b = 255)
     bi = b.to(gl.int32)
-    bits = gl.where(bi == 0, 0x00400000, bi << 23)
-    bits = gl.where(bi == 255, 0x7FC00000, bits)
+    bits = (bi << 23) | ((((bi - 1) | (bi + 1)) & 0x100) << 14)
     return bits.to(gl.float32, bitcast=True)
 
 
@@ -63,31 +64,40 @@ def _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb):
 
 
 @gluon.jit
-def _mma_step(j, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, FRESH: gl.constexpr, p_free):
-    """Wait for the tiles of step j and issue its wgmma asynchronously into a partial (use_acc=False): into
-    fresh zeros (FRESH) or into the registers of p_free, a partial already promoted."""
-    s = j % STAGES
-    mbarrier.wait(ready.index(s), (j // STAGES) & 1)
+def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, SUBK: gl.constexpr,
+              FRESH: gl.constexpr, p_free):
+    """Issue the wgmma of step j (32 of K; sub = j % SUBK, static) asynchronously into a partial
+    (use_acc=False): into fresh zeros (FRESH) or into the registers of p_free, a partial already promoted.
+    A stage holds SUBK steps; its TMA barrier is waited on at its first step."""
+    st = j // SUBK
+    s = st % STAGES
+    if sub == 0:
+        mbarrier.wait(ready.index(s), (st // STAGES) & 1)
     if FRESH:
         p_free = gl.zeros_like(acc)
-    return warpgroup_mma(a_bufs.index(s), b_bufs.index(s).permute((1, 0)), p_free, use_acc=False, is_async=True)
+    a = a_bufs.index(s).slice(sub * SK, SK, dim=1)
+    b = b_bufs.index(s).slice(sub * SK, SK, dim=1).permute((1, 0))
+    return warpgroup_mma(a, b, p_free, use_acc=False, is_async=True)
 
 
 @gluon.jit
-def _refill(j, nk, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES: gl.constexpr):
-    """wgmma j is known to be finished: its ring slot takes step j + STAGES."""
-    nxt = j + STAGES
-    s = j % STAGES
-    _issue_load(a_desc, b_desc, a_row, b_row, k0 + nxt * SK, ready.index(s), a_bufs.index(s), b_bufs.index(s),
-                nxt < nk)
+def _refill(st, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES: gl.constexpr,
+            SUBK: gl.constexpr):
+    """All wgmmas of stage st are known to be finished: its ring slot takes stage st + STAGES."""
+    nxt = st + STAGES
+    s = st % STAGES
+    _issue_load(a_desc, b_desc, a_row, b_row, k0 + nxt * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                b_bufs.index(s), nxt < n_st)
 
 
 @gluon.jit
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
-              a_bufs, b_bufs, ready, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr):
+              a_bufs, b_bufs, ready, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+              SUBK: gl.constexpr):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
-    calls it once (fresh barriers).
+    calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
+    32-wide slices of it), so barrier waits, TMA issues and the CTA barriers around them come once per stage.
 
     MODE 0: wait for each wgmma before promoting it (Triton's schedule; only the other warpgroup overlaps).
     MODE 1/2: blocks of U steps, unrolled: wgmma j+1 is issued before partial j is promoted, so the tensor
@@ -95,43 +105,60 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     wgmma is in flight across the loop's back edge (a loop-carried in-flight accumulator costs register
     copies, which make ptxas serialize all wgmmas: C7514/C7515). MODE 1 gives each wgmma fresh zeros as its
     ignored accumulator, MODE 2 the registers of the partial promoted just before."""
+    gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
+    gl.static_assert(U // SUBK <= STAGES, "the tail after the unrolled blocks must already be in flight")
+    n_st = gl.cdiv(nk, SUBK)
     for i in gl.static_range(STAGES):
-        _issue_load(a_desc, b_desc, a_row, b_row, k0 + i * SK, ready.index(i), a_bufs.index(i), b_bufs.index(i),
-                    i < nk)
+        _issue_load(a_desc, b_desc, a_row, b_row, k0 + i * (SUBK * SK), ready.index(i), a_bufs.index(i),
+                    b_bufs.index(i), i < n_st)
     kb0 = k0 // SK
     n_main = 0
     if MODE != 0:
         n_main = (nk // U) * U
         for j0 in range(0, n_main, U):
-            p_prev = _mma_step(j0, acc, a_bufs, b_bufs, ready, STAGES, True, acc)
+            p_prev = _mma_step(j0, 0, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc)
             f_prev = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j0)
             p_free = acc
             for u in gl.static_range(1, U):
-                p_new = _mma_step(j0 + u, acc, a_bufs, b_bufs, ready, STAGES, MODE == 1 or u == 1, p_free)
+                p_new = _mma_step(j0 + u, u % SUBK, acc, a_bufs, b_bufs, ready, STAGES, SUBK, MODE == 1 or u == 1,
+                                  p_free)
                 f_new = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j0 + u)
                 # acc rides through the wait so that the previous FMAs cannot sink below it (LLVM would
                 # otherwise delay them all to the end of the block and keep every partial live)
                 p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
-                _refill(j0 + u - 1, nk, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES)
+                if (u - 1) % SUBK == SUBK - 1:
+                    _refill((j0 + u - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready,
+                            STAGES, SUBK)
                 acc = acc + p_done * gl.expand_dims(f_prev, 1)
                 p_free = p_done
                 p_prev = p_new
                 f_prev = f_new
             p_done, acc = warpgroup_mma_wait(num_outstanding=0, deps=(p_prev, acc))
-            _refill(j0 + U - 1, nk, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES)
+            _refill((j0 + U - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES,
+                    SUBK)
             acc = acc + p_done * gl.expand_dims(f_prev, 1)
-    for j in range(n_main, nk):
-        f = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j)
-        p = _mma_step(j, acc, a_bufs, b_bufs, ready, STAGES, True, acc)
-        p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
-        _refill(j, nk, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES)
-        acc = acc + p * gl.expand_dims(f, 1)
+    # the rest (MODE 0: everything), one stage at a time, each wgmma waited for before its promotion
+    for jt in range(n_main, nk, SUBK):
+        for sub in gl.static_range(SUBK):
+            j = jt + sub
+            if j < nk:
+                f = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j)
+                p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc)
+                p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
+                acc = acc + p * gl.expand_dims(f, 1)
+        _refill(jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES, SUBK)
     return acc
 
 
 @gluon.constexpr_function
 def _mma_layout(BM, BN, num_warps):
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, SK])
+
+
+@gluon.constexpr_function
+def _step_smem_layout():
+    # a [rows, 32] fp8 tile: 32-byte rows, 32-byte swizzle
+    return gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
 
 
 @gluon.constexpr_function
@@ -149,7 +176,7 @@ def _nt_grouped_kernel(
     M, N, K, NUM_M_TILES,
     stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
     BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
-    MODE: gl.constexpr, U: gl.constexpr, num_warps: gl.constexpr,
+    MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, num_warps: gl.constexpr,
 ):
     """out[rows of group e] = A[rows] @ B[e]^T; A [M, K] (a_desc box [BM, 32]), B [E, N, K] seen as [E*N, K]
     (b_desc box [BN, 32]); scales sa[m, k/32], sb[e, n, k/32] through strides; B's scale is constant over the
@@ -192,8 +219,8 @@ def _nt_grouped_kernel(
         zeros = gl.zeros([BM, BN], c_ptr.dtype.element_ty, st_layout)
         gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), zeros, mask=zmask)
     else:
-        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SK], a_desc.layout)
-        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SK], b_desc.layout)
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
         for i in gl.static_range(STAGES):
             mbarrier.init(ready.index(i), count=1)
@@ -203,7 +230,7 @@ def _nt_grouped_kernel(
         sbt_ptr = sb_ptr + expert * stride_sbe + (nt * BN) * stride_sbn
         acc = gl.zeros([BM, BN], gl.float32, mma_layout)
         acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, K // SK, sa_ptrs, stride_sak,
-                        sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, STAGES, MODE, U)
+                        sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, STAGES, MODE, U, SUBK)
         for i in gl.static_range(STAGES):
             mbarrier.invalidate(ready.index(i))
 
@@ -245,7 +272,7 @@ def _wgrad_kernel(
     M, N, K,
     stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt, stride_ce, stride_cn,
     BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-    num_warps: gl.constexpr,
+    SUBK: gl.constexpr, num_warps: gl.constexpr,
 ):
     """dW[e] = X_e @ Y_e^T over the tokens of group e: X = dO^T [N, M], Y = A^T [K, M] fp8, token axis
     contiguous and scaled along it on the global 32-token grid; Y's scale is constant over the BK rows of a
@@ -269,10 +296,10 @@ def _wgrad_kernel(
     end = gl.minimum(gl.load(offs_ptr + e), M)
     start = gl.minimum(gl.maximum(gl.load(offs_ptr + e - 1, mask=e > 0, other=0), 0), end)
 
-    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BN, SK], x_desc.layout)
-    b_bufs = gl.allocate_shared_memory(y_desc.dtype, [STAGES, BK, SK], y_desc.layout)
-    xm_buf = gl.allocate_shared_memory(x_desc.dtype, [BN, SK], x_desc.layout)
-    ym_buf = gl.allocate_shared_memory(y_desc.dtype, [BK, SK], y_desc.layout)
+    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BN, SUBK * SK], x_desc.layout)
+    b_bufs = gl.allocate_shared_memory(y_desc.dtype, [STAGES, BK, SUBK * SK], y_desc.layout)
+    xm_buf = gl.allocate_shared_memory(x_desc.dtype, [BN, SK], _step_smem_layout())
+    ym_buf = gl.allocate_shared_memory(y_desc.dtype, [BK, SK], _step_smem_layout())
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
@@ -290,7 +317,7 @@ def _wgrad_kernel(
     nk = (last_full - first_full) // SK
     if nk > 0:
         acc = _mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
-                        a_bufs, b_bufs, ready, STAGES, MODE, U)
+                        a_bufs, b_bufs, ready, STAGES, MODE, U, SUBK)
     if (end % SK != 0) & (last_full >= first_full) & (start < end):
         acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
                            n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
@@ -306,9 +333,10 @@ def _wgrad_kernel(
 
 
 # ------------------------------------------------------------------------------------------ launchers
-# (BM, BN, STAGES, GROUP_M, MODE, U, num_warps); wgrad reads (BN, BK, ...) the same way. MODE/U: _mainloop.
-DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 8)
-WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 8)
+# (BM, BN, STAGES, GROUP_M, MODE, U, SUBK, num_warps); wgrad reads (BN, BK, ...) the same way.
+# MODE/U/SUBK: _mainloop; a TMA stage holds SUBK steps of 32 along the reduction axis.
+DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 4, 8)
+WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 4, 8)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
 
@@ -356,7 +384,7 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     if R == 0:
         return out.zero_()
     check_device(who, a, b, sa, sb, offs)
-    BM, BN, STAGES, GROUP_M, MODE, U, warps = config or DEFAULT_CONFIG
+    BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps = config or DEFAULT_CONFIG
     if BN != COL_TILE:
         _fail(who, f"BN={BN}: the tiled weight scale is read per {COL_TILE}-row tile")
     b2 = b.reshape(E * C, R)
@@ -365,10 +393,10 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     num_m = (M + BM - 1) // BM + E + 1  # each group adds at most one partial tile; then the padding rows
     grid = (num_m * ((C + BN - 1) // BN),)
     _nt_grouped_kernel[grid](
-        _desc(a, [BM, SK.value]), _desc(b2, [BN, SK.value]), sa, sb, out, offs,
+        _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs,
         M, C, R, num_m,
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0),
-        BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, num_warps=warps,
+        BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, num_warps=warps,
     )
     return out
 
@@ -388,25 +416,25 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     if M == 0:
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
-    BN, BK, STAGES, GROUP_N, MODE, U, warps = config or WGRAD_DEFAULT_CONFIG
+    BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps = config or WGRAD_DEFAULT_CONFIG
     if BK != COL_TILE:
         _fail(who, f"BK={BK}: the tiled x^T scale is read per {COL_TILE}-row tile")
     _tma_operand(who, "dO^T", x)
     _tma_operand(who, "A^T", y)
     grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)
     _wgrad_kernel[grid](
-        _desc(x, [BN, SK.value]), _desc(y, [BK, SK.value]), x, sx, y, sy, out, offs,
+        _desc(x, [BN, SUBK * SK.value]), _desc(y, [BK, SUBK * SK.value]), x, sx, y, sy, out, offs,
         M, N, K,
         x.stride(0), sx.stride(0), sx.stride(1), y.stride(0), sy.stride(0), sy.stride(1),
         out.stride(0), out.stride(1),
-        BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP_N, MODE=MODE, U=U, num_warps=warps,
+        BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP_N, MODE=MODE, U=U, SUBK=SUBK, num_warps=warps,
     )
     return out
 
 
 def compile_sm90(kernel, config=None, out_dtype="bf16"):
     """Compile one of the kernels for sm_90a without a GPU (ptxas ships with triton): ("nt" | "wgrad",
-    config) -> (ptx, ptxas -v log). Used by the CPU test that guards the wgmma pipelining: the log must not
+    config) -> (ptx, ptxas -v log + the shared memory size). Used by the CPU test that guards the wgmma pipelining: the log must not
     report serialized wgmmas (C751x) or spills, and the PTX must wait with one wgmma still in flight."""
     import os
     import subprocess
@@ -422,24 +450,25 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
 
     i32 = "i32"
     if kernel == "nt":
-        BM, BN, STAGES, GROUP, MODE, U, warps = config or DEFAULT_CONFIG
-        sig = dict(a_desc=desc([BM, SK.value]), b_desc=desc([BN, SK.value]), sa_ptr="*u8", sb_ptr="*u8",
+        BM, BN, STAGES, GROUP, MODE, U, SUBK, warps = config or DEFAULT_CONFIG
+        sig = dict(a_desc=desc([BM, SUBK * SK.value]), b_desc=desc([BN, SUBK * SK.value]), sa_ptr="*u8", sb_ptr="*u8",
                    c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32, NUM_M_TILES=i32, stride_sam=i32,
                    stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
-        cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, num_warps=warps)
+        cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, num_warps=warps)
         fn = _nt_grouped_kernel
     else:
-        BN, BK, STAGES, GROUP, MODE, U, warps = config or WGRAD_DEFAULT_CONFIG
-        sig = dict(x_desc=desc([BN, SK.value]), y_desc=desc([BK, SK.value]), x_ptr="*fp8e4nv", sx_ptr="*u8",
+        BN, BK, STAGES, GROUP, MODE, U, SUBK, warps = config or WGRAD_DEFAULT_CONFIG
+        sig = dict(x_desc=desc([BN, SUBK * SK.value]), y_desc=desc([BK, SUBK * SK.value]), x_ptr="*fp8e4nv", sx_ptr="*u8",
                    y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32,
                    stride_xn=i32, stride_sxn=i32, stride_sxt=i32, stride_yk=i32, stride_syk=i32, stride_syt=i32,
                    stride_ce=i32, stride_cn=i32)
-        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, num_warps=warps)
+        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, num_warps=warps)
         fn = _wgrad_kernel
     for k in cx:
         sig[k] = "constexpr"
-    ptx = triton.compile(GluonASTSource(fn, sig, cx), target=GPUTarget("cuda", 90, 32),
-                         options=dict(num_warps=warps)).asm["ptx"]
+    compiled = triton.compile(GluonASTSource(fn, sig, cx), target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=warps))
+    ptx = compiled.asm["ptx"]
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "k.ptx")
@@ -447,4 +476,4 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
             f.write(ptx)
         log = subprocess.run([ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")],
                              capture_output=True, text=True, check=True)
-    return ptx, log.stdout + log.stderr
+    return ptx, log.stdout + log.stderr + f"\nshared memory: {compiled.metadata.shared} bytes\n"

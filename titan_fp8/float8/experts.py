@@ -64,8 +64,8 @@ DEFAULT_GRANULARITY = "mx128"
 
 
 def _backend(t: torch.Tensor, backend: str) -> str:
-    if backend not in ("auto", "triton", "emulated"):
-        raise ValueError(f"mxfp8_grouped_mm: backend={backend!r}; allowed: 'auto', 'triton', 'emulated'")
+    if backend not in ("auto", "triton", "gluon", "emulated"):
+        raise ValueError(f"mxfp8_grouped_mm: backend={backend!r}; allowed: 'auto', 'triton', 'gluon', 'emulated'")
     if backend == "auto":
         return "triton" if t.is_cuda else "emulated"
     return backend
@@ -91,7 +91,7 @@ def _token_major(x: torch.Tensor, offs: torch.Tensor, block: int, tile: int):
 def _quant_act(t, offs, g, row, col, col_tile, backend):
     """Row copy of t [T, C] along C (1 x block) and token-major copy along tokens (block x col_tile), padding
     rows zeroed for the latter. Triton: one read of t; emulated: plain PyTorch, same bytes."""
-    if backend == "triton":
+    if backend != "emulated":
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         return to_mxfp8_blocked_rowcol(t, row_block=g.block, col_block=g.block, col_tile=col_tile, do_row=row,
                                        do_col=col, limit=offs[-1:])
@@ -103,7 +103,7 @@ def _quant_act(t, offs, g, row, col, col_tile, backend):
 def _quant_weight(w, g, along_out, backend):
     """w [E, out, in] with weight_tile x block scales: along in (fprop: data [E, out, in]) or along out
     (dgrad: data [E, in, out], i.e. W^T quantized along its last dim)."""
-    if backend == "triton":
+    if backend != "emulated":
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         if along_out:
             return to_mxfp8_blocked_rowcol(w, col_block=g.block, col_tile=g.weight_tile, do_row=False)[2:]
@@ -114,9 +114,9 @@ def _quant_weight(w, g, along_out, backend):
 
 
 def _fprop(xd, xs, wd, ws, offs, out_dtype, g, backend):
-    if backend == "triton":
+    if backend != "emulated":  # "triton" or "gluon" (kernels/grouped_gemm/gluon_mx.py; needs weight_tile 128)
         return mxfp8_grouped_mm_fprop(xd, xs, wd, ws, offs, out_dtype, block=g.block, w_tile=g.weight_tile,
-                                      validate=False)
+                                      validate=False, backend=backend)
     return grouped_mm_fprop_reference(xd, xs, wd, ws, offs, out_dtype=out_dtype)
 
 
@@ -142,15 +142,15 @@ class _MXFP8GroupedMM(torch.autograd.Function):
             # w scaled along out (N): w^T [E, in, out] quantized along its last dim, viewed back as [E, out, in]
             wtd, wts = _quant_weight(w, g, True, backend)
             wn_data, wn_scale = wtd.transpose(1, 2), wts.transpose(1, 2)  # [E, N, K] view, [E, N/32, K]
-            if backend == "triton":
+            if backend != "emulated":
                 dx = mxfp8_grouped_mm_dgrad(dd, ds, wn_data, wn_scale, offs, ctx.x_dtype, block=g.block,
-                                            w_tile=g.weight_tile, validate=False)
+                                            w_tile=g.weight_tile, validate=False, backend=backend)
             else:
                 dx = grouped_mm_dgrad_reference(dd, ds, wn_data, wn_scale, offs, out_dtype=ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            if backend == "triton":
+            if backend != "emulated":
                 dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, torch.float32, block=g.block,
-                                            a_tile=g.wgrad_x_tile, validate=False)
+                                            a_tile=g.wgrad_x_tile, validate=False, backend=backend)
             else:
                 dw = grouped_mm_wgrad_reference(dtd, dts, xtd, xts, offs, out_dtype=torch.float32)
             dw = dw.to(w.dtype)
