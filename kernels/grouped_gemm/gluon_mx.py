@@ -91,9 +91,70 @@ def _refill(st, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, S
 
 
 @gluon.jit
-def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
-              a_bufs, b_bufs, ready, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+def _release(st, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr,
+             SUBK: gl.constexpr, WS: gl.constexpr):
+    """The wgmmas of stage st have finished: hand its slot to the producer warp (WS) or refill it here."""
+    if WS:
+        mbarrier.arrive(empty.index(st % STAGES))
+    else:
+        _refill(st, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES, SUBK)
+
+
+@gluon.jit
+def _producer(a_desc, b_desc, a_row, b_row, k0, n_st, a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr,
               SUBK: gl.constexpr):
+    """WS: the TMA warp. Fills stage st into slot st % STAGES once the consumers released its last use
+    (mbarriers start as if phase 1 had completed, so the first round does not wait)."""
+    for st in range(n_st):
+        s = st % STAGES
+        mbarrier.wait(empty.index(s), ((st // STAGES) & 1) ^ 1)
+        _issue_load(a_desc, b_desc, a_row, b_row, k0 + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                    b_bufs.index(s), True)
+
+
+@gluon.jit
+def _consumer(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs,
+              ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+    # the default partition's results travel as a tuple
+    return (_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs,
+                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True), )
+
+
+@gluon.jit
+def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+                  BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+                  SUBK: gl.constexpr, WS: gl.constexpr):
+    """Allocate the TMA ring and run the mainloop: in the kernel's own warps (each refills the ring behind
+    itself, with the CTA barriers Gluon inserts around the TMA issue), or (WS) with a 1-warp TMA producer
+    partition and the mainloop in the default partition, which only waits for full slots and releases them."""
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    if WS:
+        res = gl.warp_specialize([
+            (_consumer, (acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+                         a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK)),
+            (_producer, (a_desc, b_desc, a_row, b_row, k0, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty,
+                         STAGES, SUBK)),
+        ], [1], [24])
+        acc = res[0]
+    else:
+        acc = _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+                        a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, WS)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+    return acc
+
+
+@gluon.jit
+def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+              a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+              SUBK: gl.constexpr, WS: gl.constexpr):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
     calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
@@ -108,9 +169,10 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
     gl.static_assert(U // SUBK <= STAGES, "the tail after the unrolled blocks must already be in flight")
     n_st = gl.cdiv(nk, SUBK)
-    for i in gl.static_range(STAGES):
-        _issue_load(a_desc, b_desc, a_row, b_row, k0 + i * (SUBK * SK), ready.index(i), a_bufs.index(i),
-                    b_bufs.index(i), i < n_st)
+    if not WS:
+        for i in gl.static_range(STAGES):
+            _issue_load(a_desc, b_desc, a_row, b_row, k0 + i * (SUBK * SK), ready.index(i), a_bufs.index(i),
+                        b_bufs.index(i), i < n_st)
     kb0 = k0 // SK
     n_main = 0
     if MODE != 0:
@@ -127,15 +189,15 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                 # otherwise delay them all to the end of the block and keep every partial live)
                 p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
                 if (u - 1) % SUBK == SUBK - 1:
-                    _refill((j0 + u - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready,
-                            STAGES, SUBK)
+                    _release((j0 + u - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready,
+                             empty, STAGES, SUBK, WS)
                 acc = acc + p_done * gl.expand_dims(f_prev, 1)
                 p_free = p_done
                 p_prev = p_new
                 f_prev = f_new
             p_done, acc = warpgroup_mma_wait(num_outstanding=0, deps=(p_prev, acc))
-            _refill((j0 + U - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES,
-                    SUBK)
+            _release((j0 + U - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty,
+                     STAGES, SUBK, WS)
             acc = acc + p_done * gl.expand_dims(f_prev, 1)
     # the rest (MODE 0: everything), one stage at a time, each wgmma waited for before its promotion
     for jt in range(n_main, nk, SUBK):
@@ -146,7 +208,8 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                 p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc)
                 p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
                 acc = acc + p * gl.expand_dims(f, 1)
-        _refill(jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES, SUBK)
+        _release(jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
+                 WS)
     return acc
 
 
@@ -176,7 +239,7 @@ def _nt_grouped_kernel(
     M, N, K, NUM_M_TILES,
     stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
     BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
-    MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, num_warps: gl.constexpr,
+    MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
 ):
     """out[rows of group e] = A[rows] @ B[e]^T; A [M, K] (a_desc box [BM, 32]), B [E, N, K] seen as [E*N, K]
     (b_desc box [BN, 32]); scales sa[m, k/32], sb[e, n, k/32] through strides; B's scale is constant over the
@@ -210,34 +273,25 @@ def _nt_grouped_kernel(
         tile_base += n_t
         start = end
 
+    # a tile past the last group (expert < 0) runs an empty mainloop and writes zeros into the padding rows
+    # [offs[-1], M) it covers; tiles further out write nothing
+    real = expert >= 0
+    pad0 = start + (mt - tile_base) * BM
+    base = gl.where(real, row0, pad0)
+    lo = gl.where(real, row0, start)
+    hi = gl.where(real, row_end, M)
+    rows = gl.minimum(base + gl.arange(0, BM, layout=row_layout), M - 1)
+    sa_ptrs = sa_ptr + rows * stride_sam
+    sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
+    acc = gl.zeros([BM, BN], gl.float32, mma_layout)
+    acc = _run_mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, gl.where(real, K // SK, 0), sa_ptrs,
+                        stride_sak, sbt_ptr, stride_sbk, BM, BN, STAGES, MODE, U, SUBK, WS)
+
+    out = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), st_layout)
+    offs_m = base + gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
     offs_n = nt * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
-    if expert < 0:
-        # padding rows [offs[-1], M) get zeros; tiles further out do nothing
-        pad0 = start + (mt - tile_base) * BM
-        offs_m = pad0 + gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
-        zmask = (gl.expand_dims((offs_m < M) & (offs_m >= start), 1)) & gl.expand_dims(offs_n < N, 0)
-        zeros = gl.zeros([BM, BN], c_ptr.dtype.element_ty, st_layout)
-        gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), zeros, mask=zmask)
-    else:
-        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
-        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for i in gl.static_range(STAGES):
-            mbarrier.init(ready.index(i), count=1)
-
-        rows = gl.minimum(row0 + gl.arange(0, BM, layout=row_layout), M - 1)
-        sa_ptrs = sa_ptr + rows * stride_sam
-        sbt_ptr = sb_ptr + expert * stride_sbe + (nt * BN) * stride_sbn
-        acc = gl.zeros([BM, BN], gl.float32, mma_layout)
-        acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, K // SK, sa_ptrs, stride_sak,
-                        sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, STAGES, MODE, U, SUBK)
-        for i in gl.static_range(STAGES):
-            mbarrier.invalidate(ready.index(i))
-
-        out = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), st_layout)
-        offs_m = row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
-        smask = gl.expand_dims(offs_m < row_end, 1) & gl.expand_dims(offs_n < N, 0)
-        gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), out, mask=smask)
+    smask = gl.expand_dims((offs_m >= lo) & (offs_m < hi), 1) & gl.expand_dims(offs_n < N, 0)
+    gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), out, mask=smask)
 
 
 @gluon.jit
@@ -271,8 +325,8 @@ def _wgrad_kernel(
     x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr,
     M, N, K,
     stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt, stride_ce, stride_cn,
-    BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-    SUBK: gl.constexpr, num_warps: gl.constexpr,
+    BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, MODE: gl.constexpr,
+    U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
 ):
     """dW[e] = X_e @ Y_e^T over the tokens of group e: X = dO^T [N, M], Y = A^T [K, M] fp8, token axis
     contiguous and scaled along it on the global 32-token grid; Y's scale is constant over the BK rows of a
@@ -296,13 +350,8 @@ def _wgrad_kernel(
     end = gl.minimum(gl.load(offs_ptr + e), M)
     start = gl.minimum(gl.maximum(gl.load(offs_ptr + e - 1, mask=e > 0, other=0), 0), end)
 
-    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BN, SUBK * SK], x_desc.layout)
-    b_bufs = gl.allocate_shared_memory(y_desc.dtype, [STAGES, BK, SUBK * SK], y_desc.layout)
     xm_buf = gl.allocate_shared_memory(x_desc.dtype, [BN, SK], _step_smem_layout())
     ym_buf = gl.allocate_shared_memory(y_desc.dtype, [BK, SK], _step_smem_layout())
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(STAGES):
-        mbarrier.init(ready.index(i), count=1)
 
     rows = gl.minimum(n0 + gl.arange(0, BN, layout=row_layout), N - 1)
     sx_ptrs = sx_ptr + rows * stride_sxn
@@ -314,16 +363,12 @@ def _wgrad_kernel(
     if (start % SK != 0) & (start < end):
         acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
                            n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
-    nk = (last_full - first_full) // SK
-    if nk > 0:
-        acc = _mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
-                        a_bufs, b_bufs, ready, STAGES, MODE, U, SUBK)
+    nk = gl.maximum((last_full - first_full) // SK, 0)
+    acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
+                        BN, BK, STAGES, MODE, U, SUBK, WS)
     if (end % SK != 0) & (last_full >= first_full) & (start < end):
         acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
                            n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
-    for i in gl.static_range(STAGES):
-        mbarrier.invalidate(ready.index(i))
-
     out = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), st_layout)
     offs_n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, st_layout))
     offs_k = k0 + gl.arange(0, BK, layout=gl.SliceLayout(0, st_layout))
@@ -370,6 +415,12 @@ def _tma_operand(who, name, t):
                    f"contiguous rows, 16-byte aligned base and row strides")
 
 
+def _ws_launch(ws, warps):
+    """WS adds a 1-warp producer partition, which occupies a warpgroup's register share: cap the launch at
+    65536 registers over (warps + 4) warps; the producer drops to 24 registers and the consumers get the rest."""
+    return {"maxnreg": (65536 // ((warps + 4) * 32)) // 8 * 8} if ws else {}
+
+
 def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     """out[g] = A[g] @ B[e]^T (fprop/dgrad): A [M, R], B [E, C, R] contiguous, sa [M, R/32] and sb [E, C, R/32]
     as strided views; B's scale constant over 128-row tiles (declared by the caller)."""
@@ -384,7 +435,8 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     if R == 0:
         return out.zero_()
     check_device(who, a, b, sa, sb, offs)
-    BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps = config or DEFAULT_CONFIG
+    BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps, *ws = config or DEFAULT_CONFIG
+    WS = bool(ws and ws[0])
     if BN != COL_TILE:
         _fail(who, f"BN={BN}: the tiled weight scale is read per {COL_TILE}-row tile")
     b2 = b.reshape(E * C, R)
@@ -396,7 +448,8 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
         _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs,
         M, C, R, num_m,
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0),
-        BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, num_warps=warps,
+        BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
+        **_ws_launch(WS, warps),
     )
     return out
 
@@ -416,7 +469,8 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     if M == 0:
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
-    BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps = config or WGRAD_DEFAULT_CONFIG
+    BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps, *ws = config or WGRAD_DEFAULT_CONFIG
+    WS = bool(ws and ws[0])
     if BK != COL_TILE:
         _fail(who, f"BK={BK}: the tiled x^T scale is read per {COL_TILE}-row tile")
     _tma_operand(who, "dO^T", x)
@@ -427,7 +481,8 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
         M, N, K,
         x.stride(0), sx.stride(0), sx.stride(1), y.stride(0), sy.stride(0), sy.stride(1),
         out.stride(0), out.stride(1),
-        BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP_N, MODE=MODE, U=U, SUBK=SUBK, num_warps=warps,
+        BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP_N, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
+        **_ws_launch(WS, warps),
     )
     return out
 
@@ -450,24 +505,26 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
 
     i32 = "i32"
     if kernel == "nt":
-        BM, BN, STAGES, GROUP, MODE, U, SUBK, warps = config or DEFAULT_CONFIG
+        BM, BN, STAGES, GROUP, MODE, U, SUBK, warps, *ws = config or DEFAULT_CONFIG
         sig = dict(a_desc=desc([BM, SUBK * SK.value]), b_desc=desc([BN, SUBK * SK.value]), sa_ptr="*u8", sb_ptr="*u8",
                    c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32, NUM_M_TILES=i32, stride_sam=i32,
                    stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
-        cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, num_warps=warps)
+        cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK,
+                  WS=bool(ws and ws[0]), num_warps=warps)
         fn = _nt_grouped_kernel
     else:
-        BN, BK, STAGES, GROUP, MODE, U, SUBK, warps = config or WGRAD_DEFAULT_CONFIG
+        BN, BK, STAGES, GROUP, MODE, U, SUBK, warps, *ws = config or WGRAD_DEFAULT_CONFIG
         sig = dict(x_desc=desc([BN, SUBK * SK.value]), y_desc=desc([BK, SUBK * SK.value]), x_ptr="*fp8e4nv", sx_ptr="*u8",
                    y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32,
                    stride_xn=i32, stride_sxn=i32, stride_sxt=i32, stride_yk=i32, stride_syk=i32, stride_syt=i32,
                    stride_ce=i32, stride_cn=i32)
-        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, num_warps=warps)
+        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=bool(ws and ws[0]),
+                  num_warps=warps)
         fn = _wgrad_kernel
     for k in cx:
         sig[k] = "constexpr"
     compiled = triton.compile(GluonASTSource(fn, sig, cx), target=GPUTarget("cuda", 90, 32),
-                              options=dict(num_warps=warps))
+                              options=dict(num_warps=warps, **_ws_launch(cx["WS"], warps)))
     ptx = compiled.asm["ptx"]
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
     with tempfile.TemporaryDirectory() as d:
