@@ -40,14 +40,14 @@ from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
 # name: (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps); MODE 0 = wait for every wgmma (Triton's schedule),
 # 1/2 = next wgmma in flight during the promotion (fresh zeros / reused registers), U = steps per unrolled block,
 # SUBK = steps of 32 per TMA stage
-CONFIGS = {
-    "default": (128, 128, 4, 8, 2, 8, 4, 8),
-    "s5": (128, 128, 5, 8, 2, 8, 4, 8),
-    "fresh": (128, 128, 4, 8, 1, 8, 4, 8),
-    "u4_k2_s6": (128, 128, 6, 8, 2, 4, 2, 8),
+CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
+    "default": (None, None),
+    "ws2_m2": ((128, 128, 4, 8, 2, 8, 4, 4, 2), (128, 128, 4, 8, 2, 8, 4, 8, 1)),
+    "ws2_m1_u4": ((128, 128, 4, 8, 1, 4, 4, 4, 2), (128, 128, 4, 8, 1, 4, 4, 8, 1)),
+    "ws1_m1": (128, 128, 4, 8, 1, 8, 4, 8, 1),
+    "plain_m2": (128, 128, 4, 8, 2, 8, 4, 8),
+    "bm64_m2": (64, 128, 4, 8, 2, 8, 4, 4),
     "sync": (128, 128, 4, 8, 0, 8, 4, 8),
-    "k1_s6": (128, 128, 6, 8, 2, 8, 1, 8),
-    "bm64": (64, 128, 4, 8, 2, 8, 4, 4),
 }
 
 
@@ -133,13 +133,14 @@ def main():
             }
             for c in args.configs.split(","):
                 cfg = CONFIGS[c]
+                ncfg, wcfg = cfg if cfg[0] is None or isinstance(cfg[0], tuple) else (cfg, cfg)
                 calls["gluon_" + c] = {
-                    "fprop": lambda s, cfg=cfg: launch_nt(s[2][0][0], s[2][0][1], wq[0], wq[1], offs,
-                                                          torch.bfloat16, cfg),
-                    "dgrad": lambda s, cfg=cfg: launch_nt(s[2][1][0], s[2][1][1], wqt[0], wqt[1], offs,
-                                                          torch.bfloat16, cfg),
-                    "wgrad": lambda s, cfg=cfg: launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0], s[2][3][1], offs,
-                                                             torch.float32, cfg)}
+                    "fprop": lambda s, cfg=ncfg: launch_nt(s[2][0][0], s[2][0][1], wq[0], wq[1], offs,
+                                                           torch.bfloat16, cfg),
+                    "dgrad": lambda s, cfg=ncfg: launch_nt(s[2][1][0], s[2][1][1], wqt[0], wqt[1], offs,
+                                                           torch.bfloat16, cfg),
+                    "wgrad": lambda s, cfg=wcfg: launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0], s[2][3][1], offs,
+                                                              torch.float32, cfg)}
             q0 = sets[0][2]
             refs = {
                 "fprop": lambda: grouped_mm_fprop_reference(*q0[0], *wq, offs, out_dtype=torch.float64),

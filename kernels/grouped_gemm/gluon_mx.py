@@ -65,7 +65,7 @@ def _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb):
 
 @gluon.jit
 def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, SUBK: gl.constexpr,
-              FRESH: gl.constexpr, p_free):
+              FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
     """Issue the wgmma of step j (32 of K; sub = j % SUBK, static) asynchronously into a partial
     (use_acc=False): into fresh zeros (FRESH) or into the registers of p_free, a partial already promoted.
     A stage holds SUBK steps; its TMA barrier is waited on at its first step."""
@@ -75,7 +75,10 @@ def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.const
         mbarrier.wait(ready.index(s), (st // STAGES) & 1)
     if FRESH:
         p_free = gl.zeros_like(acc)
-    a = a_bufs.index(s).slice(sub * SK, SK, dim=1)
+    a = a_bufs.index(s)
+    if AROWS > 0:  # WS=2: this warpgroup's rows of the A tile
+        a = a.slice(AROW, AROWS, dim=0)
+    a = a.slice(sub * SK, SK, dim=1)
     b = b_bufs.index(s).slice(sub * SK, SK, dim=1).permute((1, 0))
     return warpgroup_mma(a, b, p_free, use_acc=False, is_async=True)
 
@@ -154,7 +157,7 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
 @gluon.jit
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
               a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-              SUBK: gl.constexpr, WS: gl.constexpr):
+              SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
     calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
@@ -178,12 +181,12 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     if MODE != 0:
         n_main = (nk // U) * U
         for j0 in range(0, n_main, U):
-            p_prev = _mma_step(j0, 0, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc)
+            p_prev = _mma_step(j0, 0, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS)
             f_prev = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j0)
             p_free = acc
             for u in gl.static_range(1, U):
                 p_new = _mma_step(j0 + u, u % SUBK, acc, a_bufs, b_bufs, ready, STAGES, SUBK, MODE == 1 or u == 1,
-                                  p_free)
+                                  p_free, AROW, AROWS)
                 f_new = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j0 + u)
                 # acc rides through the wait so that the previous FMAs cannot sink below it (LLVM would
                 # otherwise delay them all to the end of the block and keep every partial live)
@@ -205,7 +208,7 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
             j = jt + sub
             if j < nk:
                 f = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j)
-                p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc)
+                p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS)
                 p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
                 acc = acc + p * gl.expand_dims(f, 1)
         _release(jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
@@ -246,7 +249,6 @@ def _nt_grouped_kernel(
     BN rows of a tile (the tile's first row is read)."""
     mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
-    st_layout: gl.constexpr = _store_layout(BN, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
 
     pid = gl.program_id(0)
     num_n = gl.cdiv(N, BN)
@@ -283,15 +285,63 @@ def _nt_grouped_kernel(
     rows = gl.minimum(base + gl.arange(0, BM, layout=row_layout), M - 1)
     sa_ptrs = sa_ptr + rows * stride_sam
     sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
-    acc = gl.zeros([BM, BN], gl.float32, mma_layout)
-    acc = _run_mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, gl.where(real, K // SK, 0), sa_ptrs,
-                        stride_sak, sbt_ptr, stride_sbk, BM, BN, STAGES, MODE, U, SUBK, WS)
+    nk = gl.where(real, K // SK, 0)
+    if WS == 2:
+        # two independent consumer warpgroups (rows 0-63 and 64-127 of the tile, each with its own epilogue)
+        # and a TMA warp: no CTA barrier ties the consumers together, so one promotes while the other's
+        # wgmmas run
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        b_row = expert * N + nt * BN
+        gl.warp_specialize([
+            (_nt_half, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sbt_ptr, c_ptr, row0, b_row, nk,
+                        base, lo, hi, M, N, nt, stride_sam, stride_sak, stride_sbk, stride_cm, BM, BN, STAGES, MODE,
+                        U, SUBK)),
+            (_nt_half, (1, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sbt_ptr, c_ptr, row0, b_row, nk,
+                        base, lo, hi, M, N, nt, stride_sam, stride_sak, stride_sbk, stride_cm, BM, BN, STAGES, MODE,
+                        U, SUBK)),
+            (_producer, (a_desc, b_desc, row0, b_row, 0, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty, STAGES,
+                         SUBK)),
+        ], [4, 1], [240, 24])
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+            mbarrier.invalidate(empty.index(i))
+    else:
+        acc = gl.zeros([BM, BN], gl.float32, mma_layout)
+        acc = _run_mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptrs, stride_sak, sbt_ptr,
+                            stride_sbk, BM, BN, STAGES, MODE, U, SUBK, WS)
+        _store_tile(acc, c_ptr, base, lo, hi, nt * BN, N, stride_cm, BM, BN, num_warps)
 
+
+@gluon.jit
+def _store_tile(acc, c_ptr, base, lo, hi, n0, N, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
+                num_warps: gl.constexpr):
+    """rows base + [0, BM) that lie in [lo, hi), columns n0 + [0, BN) below N, through coalesced stores."""
+    st_layout: gl.constexpr = _store_layout(BN, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
     out = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), st_layout)
     offs_m = base + gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
-    offs_n = nt * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
+    offs_n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
     smask = gl.expand_dims((offs_m >= lo) & (offs_m < hi), 1) & gl.expand_dims(offs_n < N, 0)
     gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), out, mask=smask)
+
+
+@gluon.jit
+def _nt_half(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sbt_ptr, c_ptr, row0, b_row,
+             nk, base, lo, hi, M, N, nt, stride_sam, stride_sak, stride_sbk, stride_cm, BM: gl.constexpr,
+             BN: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+    """WS=2 consumer: one warpgroup computes rows idx*BM/2 + [0, BM/2) of the tile and stores them."""
+    HB: gl.constexpr = BM // 2
+    mma_layout: gl.constexpr = _mma_layout(HB, BN, 4)
+    rows = gl.minimum(base + idx * HB + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), M - 1)
+    acc = gl.zeros([HB, BN], gl.float32, mma_layout)
+    acc = _mainloop(acc, a_desc, b_desc, row0, b_row, 0, nk, sa_ptr + rows * stride_sam, stride_sak, sbt_ptr,
+                    stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, idx * HB, HB)
+    _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, 4)
 
 
 @gluon.jit
@@ -380,8 +430,11 @@ def _wgrad_kernel(
 # ------------------------------------------------------------------------------------------ launchers
 # (BM, BN, STAGES, GROUP_M, MODE, U, SUBK, num_warps); wgrad reads (BN, BK, ...) the same way.
 # MODE/U/SUBK: _mainloop; a TMA stage holds SUBK steps of 32 along the reduction axis.
-DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 4, 8)
-WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 4, 8)
+# An optional 9th entry WS: 0 = no warp specialization (the kernel's warps refill the TMA ring themselves),
+# 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (fprop/dgrad only,
+# BM = 128, num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer.
+DEFAULT_CONFIG = (128, 128, 4, 8, 1, 8, 4, 4, 2)
+WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 1, 8, 4, 8, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
 
@@ -416,9 +469,11 @@ def _tma_operand(who, name, t):
 
 
 def _ws_launch(ws, warps):
-    """WS adds a 1-warp producer partition, which occupies a warpgroup's register share: cap the launch at
-    65536 registers over (warps + 4) warps; the producer drops to 24 registers and the consumers get the rest."""
-    return {"maxnreg": (65536 // ((warps + 4) * 32)) // 8 * 8} if ws else {}
+    """WS adds a 1-warp producer partition (WS=2 also a second 4-warp consumer), each occupying a warpgroup's
+    register share: cap the launch at 65536 registers over all warps; the producer drops to 24 registers and
+    the consumers get the rest."""
+    total = warps + 4 * ws
+    return {"maxnreg": (65536 // (total * 32)) // 8 * 8} if ws else {}
 
 
 def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
@@ -436,9 +491,11 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
         return out.zero_()
     check_device(who, a, b, sa, sb, offs)
     BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps, *ws = config or DEFAULT_CONFIG
-    WS = bool(ws and ws[0])
+    WS = int(ws[0]) if ws else 0
     if BN != COL_TILE:
         _fail(who, f"BN={BN}: the tiled weight scale is read per {COL_TILE}-row tile")
+    if WS == 2 and (BM != 128 or warps != 4):
+        _fail(who, f"WS=2 runs two 4-warp consumers on a 128-row tile; got BM={BM}, num_warps={warps}")
     b2 = b.reshape(E * C, R)
     _tma_operand(who, "A", a)
     _tma_operand(who, "B", b2)
@@ -470,9 +527,11 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
     BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps, *ws = config or WGRAD_DEFAULT_CONFIG
-    WS = bool(ws and ws[0])
+    WS = int(ws[0]) if ws else 0
     if BK != COL_TILE:
         _fail(who, f"BK={BK}: the tiled x^T scale is read per {COL_TILE}-row tile")
+    if WS not in (0, 1):
+        _fail(who, f"WS={WS}: wgrad supports WS 0 or 1")
     _tma_operand(who, "dO^T", x)
     _tma_operand(who, "A^T", y)
     grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)
@@ -510,7 +569,7 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
                    c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32, NUM_M_TILES=i32, stride_sam=i32,
                    stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
         cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK,
-                  WS=bool(ws and ws[0]), num_warps=warps)
+                  WS=int(ws[0]) if ws else 0, num_warps=warps)
         fn = _nt_grouped_kernel
     else:
         BN, BK, STAGES, GROUP, MODE, U, SUBK, warps, *ws = config or WGRAD_DEFAULT_CONFIG
@@ -518,7 +577,7 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
                    y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32,
                    stride_xn=i32, stride_sxn=i32, stride_sxt=i32, stride_yk=i32, stride_syk=i32, stride_syt=i32,
                    stride_ce=i32, stride_cn=i32)
-        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=bool(ws and ws[0]),
+        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=int(ws[0]) if ws else 0,
                   num_warps=warps)
         fn = _wgrad_kernel
     for k in cx:
