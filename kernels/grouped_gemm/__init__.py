@@ -27,6 +27,9 @@ the result for operands that satisfy them:
              rows of the output's column axis (square TxT tiles satisfy it both ways): the promotion factor
              becomes a per-row vector. T must be a multiple of the kernel's column tile (128).
 Declarations are checked on the device without a host sync (torch._assert_async) unless validate=False.
+backend="triton" (default; triton_mx.py) or "gluon" (gluon_mx.py, sm_90 only, needs w_tile/a_tile >= 128: the
+true-1x32 kernels with the next wgmma in flight while a partial is promoted); a named backend that cannot run
+raises, it never falls back.
 Operands must index within 2^31 elements (32-bit offsets in the kernels); larger calls raise ValueError.
 Launch configurations (FPROP_CONFIGS / WGRAD_CONFIGS) come from H200 sweeps; see NOTES.md for the numbers.
 

@@ -13,14 +13,17 @@ MMA itself). Here the mainloop is written out by hand:
              wait until only wgmma j is in flight (so partial j-1 is done); refill the freed ring slot;
              promote partial j-1 into acc while wgmma j runs on the tensor cores.
 
-Three fp32 register tiles are live (acc, the partial in flight, the partial being promoted): the partial of
-step j-2 (already promoted) is handed to wgmma j as its (ignored, use_acc=False) accumulator, so no zeroing
-and no copies. With BM=128 and 8 warps both warpgroups share the B tile and run that loop independently, so
-one warpgroup's FMAs also overlap the other's MMAs.
+Three fp32 register tiles are live (acc, the partial in flight, the partial being promoted): in MODE 2 the
+partial of step j-2 (already promoted) is handed to wgmma j as its ignored accumulator, so no zeroing. The
+loop is unrolled in blocks of U steps so that no wgmma is in flight across the back edge (see _mainloop).
 
-Operands arrive through TMA ([BM, 32] and [BN, 32] fp8 boxes, a STAGES-deep ring with one mbarrier per slot);
-the slot of step j-1 is refilled right after the wait that proves wgmma j-1 finished. Scales are read with
-plain loads one step ahead (they hit L1: a row's scales are contiguous).
+Operands arrive through TMA in a STAGES-deep ring; one stage holds SUBK steps ([BM, 32*SUBK] boxes, the
+wgmmas read 32-wide slices), so the barrier waits and TMA issues come once per SUBK wgmmas and 16 steps can be
+in flight. WS picks who refills the ring: 0 the kernel's own warps (Gluon then inserts CTA barriers around
+every TMA issue, which tie the warpgroups together), 1 a 1-warp producer partition, 2 (fprop/dgrad) a producer
+plus two independent 4-warp consumers that each own 64 rows of the 128x128 tile and their own epilogue, so one
+consumer's FMAs overlap the other's wgmmas as well. Scales are read with plain loads one step ahead (L1 hits).
+Measured variants and numbers: NOTES.md ("Gluon mx32").
 
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
@@ -433,7 +436,7 @@ def _wgrad_kernel(
 # An optional 9th entry WS: 0 = no warp specialization (the kernel's warps refill the TMA ring themselves),
 # 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (fprop/dgrad only,
 # BM = 128, num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer.
-DEFAULT_CONFIG = (128, 128, 4, 8, 1, 8, 4, 4, 2)
+DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 4, 4, 2)
 WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 1, 8, 4, 8, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
