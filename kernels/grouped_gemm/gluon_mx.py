@@ -471,6 +471,11 @@ def _tma_operand(who, name, t):
                    f"contiguous rows, 16-byte aligned base and row strides")
 
 
+def _split_config(config):
+    """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0."""
+    return tuple(config[:8]), int(config[8]) if len(config) > 8 else 0
+
+
 def _ws_launch(ws, warps):
     """WS adds a 1-warp producer partition (WS=2 also a second 4-warp consumer), each occupying a warpgroup's
     register share: cap the launch at 65536 registers over all warps; the producer drops to 24 registers and
@@ -493,8 +498,7 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     if R == 0:
         return out.zero_()
     check_device(who, a, b, sa, sb, offs)
-    BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps, *ws = config or DEFAULT_CONFIG
-    WS = int(ws[0]) if ws else 0
+    (BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps), WS = _split_config(config or DEFAULT_CONFIG)
     if BN != COL_TILE:
         _fail(who, f"BN={BN}: the tiled weight scale is read per {COL_TILE}-row tile")
     if WS == 2 and (BM != 128 or warps != 4):
@@ -529,8 +533,7 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     if M == 0:
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
-    BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps, *ws = config or WGRAD_DEFAULT_CONFIG
-    WS = int(ws[0]) if ws else 0
+    (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
     if BK != COL_TILE:
         _fail(who, f"BK={BK}: the tiled x^T scale is read per {COL_TILE}-row tile")
     if WS not in (0, 1):
@@ -567,21 +570,20 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
 
     i32 = "i32"
     if kernel == "nt":
-        BM, BN, STAGES, GROUP, MODE, U, SUBK, warps, *ws = config or DEFAULT_CONFIG
+        (BM, BN, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or DEFAULT_CONFIG)
         sig = dict(a_desc=desc([BM, SUBK * SK.value]), b_desc=desc([BN, SUBK * SK.value]), sa_ptr="*u8", sb_ptr="*u8",
                    c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32, NUM_M_TILES=i32, stride_sam=i32,
                    stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
-        cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK,
-                  WS=int(ws[0]) if ws else 0, num_warps=warps)
+        cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, WS=WS,
+                  num_warps=warps)
         fn = _nt_grouped_kernel
     else:
-        BN, BK, STAGES, GROUP, MODE, U, SUBK, warps, *ws = config or WGRAD_DEFAULT_CONFIG
+        (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
         sig = dict(x_desc=desc([BN, SUBK * SK.value]), y_desc=desc([BK, SUBK * SK.value]), x_ptr="*fp8e4nv", sx_ptr="*u8",
                    y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32,
                    stride_xn=i32, stride_sxn=i32, stride_sxt=i32, stride_yk=i32, stride_syk=i32, stride_syt=i32,
                    stride_ce=i32, stride_cn=i32)
-        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=int(ws[0]) if ws else 0,
-                  num_warps=warps)
+        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps)
         fn = _wgrad_kernel
     for k in cx:
         sig[k] = "constexpr"
