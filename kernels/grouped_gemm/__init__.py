@@ -37,6 +37,10 @@ Backends (keyword `backend`, ONE switch for all three ops, picked by `pick_backe
              output; benchmarks/results/mxfp8_grouped_gemm_backends-h100-2026-11-23.md, NOTES.md).
   "auto"     "cutlass" where it applies and builds (for wgrad only when the caller declares token_align=128:
              alignment cannot be checked on the host without a sync), else "triton"; logs its choice once.
+  "gluon"    gluon_mx.py (sm_90 only; needs w_tile / a_tile a multiple of 128): the true-1x32 kernels that keep
+             the next wgmma in flight while a partial is promoted; measured 1.4-1.8x the Triton kernels at
+             block=32 (H100: 0.77-1.03x bf16, NOTES.md "Gluon mx32").
+  "auto"     for block=128 + tiles: "cutlass" (above); for block=32 + tiles on sm_90: "gluon"; else "triton".
 A named backend that cannot run raises; it never falls back.
 Operands must index within 2^31 elements (32-bit offsets in the kernels); larger calls raise ValueError.
 Launch configurations (FPROP_CONFIGS / WGRAD_CONFIGS) come from H200 sweeps; see NOTES.md for the numbers.
@@ -66,7 +70,7 @@ __all__ = [
     "FPROP_CONFIGS", "WGRAD_CONFIGS", "BACKENDS", "pick_backend",
 ]
 
-BACKENDS = ("auto", "triton", "cutlass")
+BACKENDS = ("auto", "triton", "cutlass", "gluon")
 _log = logging.getLogger(__name__)
 _logged = set()
 
@@ -183,6 +187,8 @@ def pick_backend(who, pass_, backend, t, block, tile, reduction, out_cols, out_d
         _fail(who, f"backend={backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
     if backend == "triton":
         return "triton"
+    if backend == "gluon" or (backend == "auto" and block == 32):
+        return _pick_gluon(who, pass_, backend, t, tile)
     from . import cutlass_backend as cb
     reason = cb.device_reason(t) or cb.unsupported_reason(pass_, block, tile, reduction, out_cols, out_dtype)
     if reason is None and pass_ == "wgrad" and backend == "auto" and token_align % cb.GRAN:
@@ -203,6 +209,27 @@ def pick_backend(who, pass_, backend, t, block, tile, reduction, out_cols, out_d
         _logged.add((pass_, choice, reason))
         _log.info("mxfp8 grouped GEMM %s: backend 'auto' -> %s%s", pass_, choice,
                      f" ({reason})" if reason else " (CUTLASS sm_90a blockwise, the fastest measured for mx128)")
+    return choice
+
+
+def _pick_gluon(who, pass_, backend, t, tile):
+    reason = None
+    if not t.is_cuda:
+        reason = f"tensors are on {t.device}, the Gluon kernels need a CUDA device"
+    elif torch.cuda.get_device_capability(t.device) != (9, 0):
+        reason = f"device capability {torch.cuda.get_device_capability(t.device)}; the Gluon kernels are sm_90 only"
+    elif tile % COL_TILE:
+        tname = "a_tile" if pass_ == "wgrad" else "w_tile"
+        reason = f"{tname}={tile}; the Gluon kernels need the {COL_TILE}-row-tiled scale ({tname}=1 runs on 'triton')"
+    if backend == "gluon":
+        if reason is not None:
+            _fail(who, f"backend='gluon' cannot run: {reason}")
+        return "gluon"
+    choice = "triton" if reason else "gluon"
+    if not torch.compiler.is_compiling() and (pass_, choice, reason) not in _logged:
+        _logged.add((pass_, choice, reason))
+        _log.info("mxfp8 grouped GEMM %s: backend 'auto' -> %s%s", pass_, choice,
+                  f" ({reason})" if reason else " (Gluon sm_90, the fastest measured for 1x32 blocks)")
     return choice
 
 
@@ -327,6 +354,50 @@ def _(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile
     return do_t_data.new_empty((offs.shape[0], do_t_data.shape[0], a_t_data.shape[0]), dtype=out_dtype)
 
 
+# Gluon backend (gluon_mx.py, sm_90 only): true 1x32 promotion with the wgmma of step j+1 in flight while
+# step j is promoted; needs the 128-row-tiled scale of W (fprop/dgrad) / A^T (wgrad). Same signatures.
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_fprop_gluon", mutates_args=())
+def _fprop_gluon_op(a_data: torch.Tensor, a_scale: torch.Tensor, w_data: torch.Tensor, w_scale: torch.Tensor,
+                    offs: torch.Tensor, out_dtype: torch.dtype, block: int, w_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_nt
+    a = a_data if a_data.stride(-1) == 1 else a_data.contiguous()
+    w = w_data.contiguous()
+    _check_int32_indexing("mxfp8_grouped_mm_fprop", A=a, W=w)
+    return launch_nt(a, a_scale, w, w_scale, offs, out_dtype)
+
+
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_dgrad_gluon", mutates_args=())
+def _dgrad_gluon_op(do_data: torch.Tensor, do_scale: torch.Tensor, w_data: torch.Tensor, w_scale: torch.Tensor,
+                    offs: torch.Tensor, out_dtype: torch.dtype, block: int, w_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_nt
+    do = do_data if do_data.stride(-1) == 1 else do_data.contiguous()
+    wt = w_data.transpose(1, 2).contiguous()  # [E, K, N]: rows k, reduction n (free for a transposed view)
+    _check_int32_indexing("mxfp8_grouped_mm_dgrad", dO=do, W=wt)
+    return launch_nt(do, do_scale, wt, w_scale.transpose(1, 2), offs, out_dtype)
+
+
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_wgrad_gluon", mutates_args=())
+def _wgrad_gluon_op(do_t_data: torch.Tensor, do_t_scale: torch.Tensor, a_t_data: torch.Tensor,
+                    a_t_scale: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype, block: int,
+                    a_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_wgrad
+    x = do_t_data if do_t_data.stride(-1) == 1 else do_t_data.contiguous()
+    y = a_t_data if a_t_data.stride(-1) == 1 else a_t_data.contiguous()
+    out_elems = offs.shape[0] * x.shape[0] * y.shape[0]
+    if out_elems >= _I32:
+        raise ValueError(f"mxfp8_grouped_mm_wgrad: dW of {out_elems} elements needs 64-bit indexing")
+    _check_int32_indexing("mxfp8_grouped_mm_wgrad", dO_t=x, A_t=y)
+    return launch_wgrad(x, do_t_scale, y, a_t_scale, offs, out_dtype)
+
+
+for _op, _ref in ((_fprop_gluon_op, _fprop_op), (_dgrad_gluon_op, _dgrad_op), (_wgrad_gluon_op, _wgrad_op)):
+    _op.register_fake(_ref._abstract_fn)
+
+# backend name -> (fprop, dgrad, wgrad) custom ops
+_BACKEND_OPS = {"triton": (_fprop_op, _dgrad_op, _wgrad_op), "gluon": (_fprop_gluon_op, _dgrad_gluon_op, _wgrad_gluon_op)}
+
+
+
 # ------------------------------------------------------------------------------------------ public API
 def mxfp8_grouped_mm_fprop(a_data, a_scale, w_data, w_scale, offs, out_dtype=torch.bfloat16, *, block=32,
                            w_tile=1, validate=True, backend="auto"):
@@ -350,10 +421,11 @@ def mxfp8_grouped_mm_fprop(a_data, a_scale, w_data, w_scale, offs, out_dtype=tor
         _assert_runs_equal(a_scale, 1, block // 32, "a_scale along K")
         _assert_runs_equal(w_scale, 2, block // 32, "w_scale along K")
         _assert_runs_equal(w_scale, 1, w_tile, "w_scale along N")
-    if pick_backend(who, "fprop", backend, a_data, block, w_tile, K, N, out_dtype) == "cutlass":
+    choice = pick_backend(who, "fprop", backend, a_data, block, w_tile, K, N, out_dtype)
+    if choice == "cutlass":
         from . import cutlass_backend
         return cutlass_backend.fprop(a_data, a_scale, w_data, w_scale, offs)
-    return _fprop_op(a_data, a_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
+    return _BACKEND_OPS[choice][0](a_data, a_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
 
 
 def mxfp8_grouped_mm_dgrad(do_data, do_scale, w_data, w_scale, offs, out_dtype=torch.bfloat16, *, block=32,
@@ -378,10 +450,11 @@ def mxfp8_grouped_mm_dgrad(do_data, do_scale, w_data, w_scale, offs, out_dtype=t
         _assert_runs_equal(do_scale, 1, block // 32, "do_scale along N")
         _assert_runs_equal(w_scale, 1, block // 32, "w_scale along N")
         _assert_runs_equal(w_scale, 2, w_tile, "w_scale along K")
-    if pick_backend(who, "dgrad", backend, do_data, block, w_tile, N, K, out_dtype) == "cutlass":
+    choice = pick_backend(who, "dgrad", backend, do_data, block, w_tile, N, K, out_dtype)
+    if choice == "cutlass":
         from . import cutlass_backend
         return cutlass_backend.dgrad(do_data, do_scale, w_data, w_scale, offs)
-    return _dgrad_op(do_data, do_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
+    return _BACKEND_OPS[choice][1](do_data, do_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
 
 
 def mxfp8_grouped_mm_wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32, *,
@@ -415,7 +488,8 @@ def mxfp8_grouped_mm_wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out
         if token_align > 1:
             torch._assert_async((offs % token_align == 0).all(), f"{who}: offs not multiples of token_align="
                                                                  f"{token_align}")
-    if pick_backend(who, "wgrad", backend, do_t_data, block, a_tile, M, K, out_dtype, token_align) == "cutlass":
+    choice = pick_backend(who, "wgrad", backend, do_t_data, block, a_tile, M, K, out_dtype, token_align)
+    if choice == "cutlass":
         from . import cutlass_backend
         return cutlass_backend.wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype)
-    return _wgrad_op(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile)
+    return _BACKEND_OPS[choice][2](do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile)

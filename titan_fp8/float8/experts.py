@@ -84,10 +84,11 @@ DEFAULT_GRANULARITY = "mx128"
 
 
 def _backend(t: torch.Tensor, backend: str) -> str:
-    # "auto"/"triton"/"cutlass" name the GEMM backend of kernels.grouped_gemm (its one switch; quantization is
-    # Triton for all three); "emulated" is the plain-PyTorch twin
-    if backend not in ("auto", "triton", "cutlass", "emulated"):
-        raise ValueError(f"mxfp8_grouped_mm: backend={backend!r}; allowed: 'auto', 'triton', 'cutlass', 'emulated'")
+    # "auto"/"triton"/"cutlass"/"gluon" name the GEMM backend of kernels.grouped_gemm (its one switch;
+    # quantization is Triton for all of them); "emulated" is the plain-PyTorch twin
+    if backend not in ("auto", "triton", "cutlass", "gluon", "emulated"):
+        raise ValueError(f"mxfp8_grouped_mm: backend={backend!r}; allowed: 'auto', 'triton', 'cutlass', 'gluon', "
+                         f"'emulated'")
     if backend == "auto" and not t.is_cuda:
         return "emulated"
     return backend
@@ -252,7 +253,7 @@ class FusedSpec:
     """What the fused op needs besides tensors (hashable: a constant for torch.compile)."""
     recipe: str                 # "fp8_rowwise" | "mxfp8"
     granularity: str | None     # mxfp8: a GRANULARITIES key; fp8_rowwise: None
-    backend: str                # "emulated" | "cuda" (fp8_rowwise) | mxfp8 GEMM backend ("auto", "triton", "cutlass")
+    backend: str                # "emulated" | "cuda" (fp8_rowwise) | mxfp8 GEMM backend ("auto", "triton", "cutlass", "gluon")
     align: int                  # token group alignment the plan must have
     act_backend: str = "auto"   # kernels.moe backend on real hardware: "auto" (Triton) | "reference" (torch ops)
 
@@ -427,7 +428,7 @@ def _f8_wgrad(dtq, dts, atq, ats, offs, spec: FusedSpec, out_dtype):
 
 def _gemm_backend(spec: FusedSpec) -> dict:
     # kernels.grouped_gemm's one switch: "auto" (it picks: CUTLASS for mx128 on sm_90 where it builds, else
-    # Triton), "triton", "cutlass" (an error where it cannot run)
+    # Gluon for mx32 on sm_90, else Triton), "triton", "cutlass", "gluon" (an error where it cannot run)
     return {"backend": spec.backend}
 
 
