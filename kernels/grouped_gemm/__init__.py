@@ -214,13 +214,13 @@ def pick_backend(who, pass_, backend, t, block, tile, reduction, out_cols, out_d
 
 def _pick_gluon(who, pass_, backend, t, tile):
     reason = None
-    if not t.is_cuda:
+    if tile % COL_TILE:
+        tname = "a_tile" if pass_ == "wgrad" else "w_tile"
+        reason = f"{tname}={tile}; the Gluon kernels need the {COL_TILE}-row-tiled scale ({tname}=1 runs on 'triton')"
+    elif not t.is_cuda:
         reason = f"tensors are on {t.device}, the Gluon kernels need a CUDA device"
     elif torch.cuda.get_device_capability(t.device) != (9, 0):
         reason = f"device capability {torch.cuda.get_device_capability(t.device)}; the Gluon kernels are sm_90 only"
-    elif tile % COL_TILE:
-        tname = "a_tile" if pass_ == "wgrad" else "w_tile"
-        reason = f"{tname}={tile}; the Gluon kernels need the {COL_TILE}-row-tiled scale ({tname}=1 runs on 'triton')"
     if backend == "gluon":
         if reason is not None:
             _fail(who, f"backend='gluon' cannot run: {reason}")
