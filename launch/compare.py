@@ -298,6 +298,14 @@ def run_stats(records: list[dict]) -> dict:
     }
 
 
+NUMBERS = [  # every run's entry has these keys (None for a failed run: its partial numbers mean nothing)
+    "final_step", "final_train_loss", "last10_mean_train_loss", "last10_steps", "val_loss", "val_step",
+    "warmup_steps", "tps_per_gpu_median", "tflops_per_gpu_median", "mfu_median", "peak_memory_gib",
+    "peak_memory_reserved_gib", "rel_diff_train_vs_baseline", "rel_diff_val_vs_baseline", "tolerance_train",
+    "tolerance_val", "within_tolerance", "speedup_vs_baseline",
+]
+
+
 def _rel(x, ref) -> Optional[float]:
     return (x - ref) / ref if _finite(x) and _finite(ref) and ref != 0 else None
 
@@ -318,7 +326,7 @@ def summarize(runs: list[Run], baseline: str, args, nproc: int, gpus: int, out: 
         s = stats[run.name]
         entry = {"recipe": run.recipe, "seed": run.seed, "status": run.status, "exit_code": run.exit_code,
                  "wall_s": run.wall_s, "dump_folder": run.dump, "overrides": run.overrides,
-                 "log_tail": run.log_tail if run.status != "ok" else None}
+                 "log_tail": run.log_tail if run.status != "ok" else None, **dict.fromkeys(NUMBERS)}
         if s:
             entry.update(s)
             rel_train = _rel(s["last10_mean_train_loss"], base["last10_mean_train_loss"]) if base else None
