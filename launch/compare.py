@@ -8,7 +8,9 @@ Every run gets the same config, seed and data order; only the recipe's keys diff
 recipe) N times with seeds s, s+1, ...: their difference is the noise floor a float8 recipe is held to.
 Runs use `--nproc` processes each (default: every GPU; 1 on CPU, where float8 recipes get emulate = true),
 through torchrun when more than one; with --nproc 1 on a host with G GPUs, G runs go at once, one per GPU.
-Checkpointing is off in every run, so each starts from step 0.
+Checkpointing is off in every run, so each starts from step 0. `--reuse` keeps a run whose subfolder
+already holds a complete run of the identical command (compare_run.json) instead of training it again: a
+comparison can be assembled over several sessions (carry the dump folder) and re-drawn without training.
 
 Into `[job] dump_folder` (after overrides): one subfolder per run (its metrics.jsonl, summary.json,
 train.log), and loss.png, throughput.png, summary.md, summary.json. A run that fails shows the last lines of
@@ -61,8 +63,10 @@ class Run:
     seed: int
     overrides: list[str]
     dump: str
+    steps: int = 0  # [training] steps of this run (0 when its config was rejected)
     config_error: Optional[str] = None
     status: str = "pending"  # pending | running | ok | failed
+    reused: bool = False
     exit_code: Optional[int] = None
     wall_s: Optional[float] = None
     log_tail: Optional[str] = None
@@ -86,6 +90,8 @@ def parse_args(argv: list[str]):
     p.add_argument("--steps", type=int, help="[training] steps for every run")
     p.add_argument("--seeds", type=int, default=1, help="runs of the baseline with seeds s, s+1, ... (default 1)")
     p.add_argument("--nproc", type=int, help="processes per run (default: every GPU; 1 on CPU)")
+    p.add_argument("--reuse", action="store_true",
+                   help="keep runs already complete in the dump folder with the identical command")
     return p.parse_known_args(argv)
 
 
@@ -124,7 +130,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     where = (f"{len(slots)} at a time, {nproc} GPU(s) each" if gpus else f"on CPU, one at a time, {nproc} process(es)")
     print(f"compare: {len(runs)} run(s) of {args.config} ({where}); baseline {baseline}; into {out}", flush=True)
 
-    execute(runs, args.config, nproc, slots)
+    execute(runs, args.config, nproc, slots, args.reuse)
 
     summary = summarize(runs, baseline, args, nproc, gpus, out)
     summary["command"] = shlex.join(["python", "launch/compare.py", *argv])
@@ -163,6 +169,7 @@ def plan_runs(config: str, overrides: list[str], recipes, seeds: int, seed0: int
             run = Run(name, recipe.name, seed0 + k, ovr, dump)
             try:
                 cfg = load_config(config, ovr, world_size=nproc)
+                run.steps = cfg.training.steps
                 if cfg.float8.enable and not gpus and not cfg.float8.emulate:
                     run.overrides.append("--float8.emulate=true")  # no float8 hardware: emulate the numerics
             except ConfigError as e:
@@ -178,7 +185,26 @@ def command(config: str, run: Run, nproc: int) -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *args]
 
 
-def execute(runs: list[Run], config: str, nproc: int, slots: list[list[int]]) -> None:
+RUN_FILE = "compare_run.json"  # what made the run in this folder; --reuse compares it
+
+
+def _run_identity(run: Run, config: str, nproc: int) -> dict:
+    return {"config": config, "overrides": run.overrides, "nproc": nproc}
+
+
+def reusable(run: Run, config: str, nproc: int) -> bool:
+    """The folder holds a finished run (the trainer writes summary.json last) of exactly this command."""
+    try:
+        with open(os.path.join(run.dump, RUN_FILE)) as f:
+            same = json.load(f) == _run_identity(run, config, nproc)
+    except (OSError, ValueError):
+        return False
+    recs = read_metrics(run.dump)
+    return same and bool(recs) and recs[-1]["step"] == run.steps and os.path.isfile(
+        os.path.join(run.dump, "summary.json"))
+
+
+def execute(runs: list[Run], config: str, nproc: int, slots: list[list[int]], reuse: bool = False) -> None:
     """Run everything, `len(slots)` at a time (each slot its own GPUs); print a line as each starts and ends."""
     n = len(runs)
     pending = list(enumerate(runs, 1))
@@ -191,6 +217,10 @@ def execute(runs: list[Run], config: str, nproc: int, slots: list[list[int]]) ->
                 if run.config_error:
                     run.status, run.log_tail = "failed", run.config_error
                     print(f"[{i}/{n}] {run.name}: FAILED before starting (config): {run.config_error}", flush=True)
+                    continue
+                if reuse and reusable(run, config, nproc):
+                    run.status, run.reused, run.exit_code, run.records = "ok", True, 0, read_metrics(run.dump)
+                    print(f"[{i}/{n}] {progress_line(run)}", flush=True)
                     continue
                 slot = free.pop(0)
                 active[slot] = (i, run, *start(run, config, nproc, slots[slot]))
@@ -215,10 +245,12 @@ def execute(runs: list[Run], config: str, nproc: int, slots: list[list[int]]) ->
 
 def start(run: Run, config: str, nproc: int, gpu_ids: list[int]):
     if os.path.isdir(run.dump):  # a previous comparison's files: never mix them into this one
-        for name in ("metrics.jsonl", "summary.json", "train.log"):
+        for name in ("metrics.jsonl", "summary.json", "train.log", RUN_FILE):
             if os.path.exists(os.path.join(run.dump, name)):
                 os.remove(os.path.join(run.dump, name))
     os.makedirs(run.dump, exist_ok=True)
+    with open(os.path.join(run.dump, RUN_FILE), "w") as f:
+        json.dump(_run_identity(run, config, nproc), f, indent=1)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     if gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
@@ -254,7 +286,8 @@ def progress_line(run: Run) -> str:
     if run.status == "ok":
         s = run_stats(run.records)
         val = f", val {s['val_loss']:.4f}" if s["val_loss"] is not None else ""
-        return (f"{run.name}: ok in {run.wall_s:.0f} s, loss {s['final_train_loss']:.4f}{val}, "
+        how = "reused (complete run of the same command)" if run.reused else f"ok in {run.wall_s:.0f} s"
+        return (f"{run.name}: {how}, loss {s['final_train_loss']:.4f}{val}, "
                 f"{s['tps_per_gpu_median']:.0f} tokens/s/GPU")
     tail = "\n".join("    " + line for line in (run.log_tail or "").splitlines())
     return f"{run.name}: FAILED (exit {run.exit_code}) after {run.wall_s:.0f} s; last lines of {run.log}:\n{tail}"
@@ -325,7 +358,7 @@ def summarize(runs: list[Run], baseline: str, args, nproc: int, gpus: int, out: 
     for run in runs:
         s = stats[run.name]
         entry = {"recipe": run.recipe, "seed": run.seed, "status": run.status, "exit_code": run.exit_code,
-                 "wall_s": run.wall_s, "dump_folder": run.dump, "overrides": run.overrides,
+                 "reused": run.reused, "wall_s": run.wall_s, "dump_folder": run.dump, "overrides": run.overrides,
                  "log_tail": run.log_tail if run.status != "ok" else None, **dict.fromkeys(NUMBERS)}
         if s:
             entry.update(s)

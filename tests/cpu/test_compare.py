@@ -131,6 +131,36 @@ def test_failed_runs_show_their_log_tail_and_the_others_finish(compared):
     assert "--float8.emulate=true" in head and "--float8.recipe_name=tensorwise" in head
 
 
+def test_reuse_redraws_from_complete_runs_without_training(compared):
+    out, _, first = compared
+    proc = run_compare("--config", DEBUG_TOML, "--recipes", "bf16,tensorwise", "--seeds", "2", "--nproc", "1",
+                       f"--job.dump_folder={out}", *TINY, "--reuse", timeout=200)
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.count("reused (complete run of the same command)") == 3 and "started" not in proc.stdout
+    with open(os.path.join(out, "summary.json")) as f:
+        again = json.load(f)["runs"]
+    for name in ("bf16", "bf16-seed43", "tensorwise"):
+        assert again[name]["reused"] is True
+        for key in ("last10_mean_train_loss", "val_loss", "tps_per_gpu_median", "rel_diff_val_vs_baseline"):
+            assert again[name][key] == first["runs"][name][key], (name, key)
+    # a run is reused only for the identical command and when complete
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_cli", COMPARE)
+    cli = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = cli  # dataclasses look their module up there
+    spec.loader.exec_module(cli)
+    with open(os.path.join(out, "bf16", cli.RUN_FILE)) as f:
+        made = json.load(f)
+    run = cli.Run("bf16", "bf16", 42, made["overrides"], os.path.join(out, "bf16"), steps=STEPS)
+    assert cli.reusable(run, made["config"], 1)
+    assert not cli.reusable(run, made["config"], 2)
+    assert not cli.reusable(cli.Run("bf16", "bf16", 42, [*made["overrides"], "--optimizer.lr=1e-3"], run.dump,
+                                    steps=STEPS), made["config"], 1)
+    assert not cli.reusable(cli.Run("bf16", "bf16", 42, made["overrides"], run.dump, steps=STEPS + 1),
+                            made["config"], 1)
+
+
 def test_unknown_recipe_is_one_line_listing_the_presets(tmp_path):
     from titan_fp8.recipes import PRESETS
 
