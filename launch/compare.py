@@ -125,7 +125,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     os.makedirs(out, exist_ok=True)
 
     runs = plan_runs(args.config, overrides, recipes, args.seeds, base.training.seed, nproc, out, gpus)
-    baseline = "bf16" if any(r.name == "bf16" for r in recipes) else recipes[0].name
+    baseline = baseline_of(recipes)
     slots = [list(range(i * nproc, (i + 1) * nproc)) for i in range(max(1, gpus // nproc))] if gpus else [[]]
     where = (f"{len(slots)} at a time, {nproc} GPU(s) each" if gpus else f"on CPU, one at a time, {nproc} process(es)")
     print(f"compare: {len(runs)} run(s) of {args.config} ({where}); baseline {baseline}; into {out}", flush=True)
@@ -140,7 +140,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         f.write(summary_markdown(summary, runs))
     plot_loss(runs, baseline, os.path.join(out, "loss.png"))
     plot_throughput(summary, os.path.join(out, "throughput.png"))
-    print(f"compare: wrote {', '.join(os.path.join(out, n) for n in ('loss.png', 'throughput.png', 'summary.md', 'summary.json'))}")
+    written = ("loss.png", "throughput.png", "summary.md", "summary.json")
+    print(f"compare: wrote {', '.join(os.path.join(out, n) for n in written)}")
     print(table_text(summary), flush=True)
     failed = [r.name for r in runs if r.status != "ok"]
     if failed:
@@ -154,11 +155,15 @@ def main(argv: Optional[list[str]] = None) -> int:
 # --------------------------------------------------------------------------------------------------
 
 
+def baseline_of(recipes) -> str:
+    return "bf16" if any(r.name == "bf16" for r in recipes) else recipes[0].name
+
+
 def plan_runs(config: str, overrides: list[str], recipes, seeds: int, seed0: int, nproc: int, out: str,
               gpus: int) -> list[Run]:
     """One Run per recipe (+ extra seeds of the baseline), each checked with load_config before anything starts:
     a recipe whose keys the config rejects is a failed run with that one-line error, and is not started."""
-    baseline = "bf16" if any(r.name == "bf16" for r in recipes) else recipes[0].name
+    baseline = baseline_of(recipes)
     runs = []
     for recipe in recipes:
         for k in range(seeds if recipe.name == baseline else 1):
@@ -224,8 +229,8 @@ def execute(runs: list[Run], config: str, nproc: int, slots: list[list[int]], re
                     continue
                 slot = free.pop(0)
                 active[slot] = (i, run, *start(run, config, nproc, slots[slot]))
-                print(f"[{i}/{n}] {run.name}: started (seed {run.seed}"
-                      f"{', GPU ' + ','.join(map(str, slots[slot])) if slots[slot] else ''}), log {run.log}", flush=True)
+                gpus = f", GPU {','.join(map(str, slots[slot]))}" if slots[slot] else ""
+                print(f"[{i}/{n}] {run.name}: started (seed {run.seed}{gpus}), log {run.log}", flush=True)
             for slot, (i, run, proc, logf, t0) in list(active.items()):
                 if proc.poll() is None:
                     continue
@@ -452,7 +457,8 @@ def table_rows(summary: dict) -> list[list[str]]:
 def table_text(summary: dict) -> str:
     rows = [[h for h, _, _ in COLUMNS], *table_rows(summary)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(COLUMNS))]
-    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths))) for r in rows)
+    return "\n".join("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths)))
+                     for r in rows)
 
 
 def summary_markdown(summary: dict, runs: list[Run]) -> str:
@@ -467,8 +473,8 @@ def summary_markdown(summary: dict, runs: list[Run]) -> str:
     ]
     sd = summary["baseline_seed_diff"]
     if sd:
-        lines.append(f"- baseline seed-to-seed difference: last-10% mean train loss {_fmt(sd['last10_mean_train_loss'], '.3%')}, "
-                     f"validation loss {_fmt(sd['val_loss'], '.3%')}")
+        lines.append(f"- baseline seed-to-seed difference: last-10% mean train loss "
+                     f"{_fmt(sd['last10_mean_train_loss'], '.3%')}, validation loss {_fmt(sd['val_loss'], '.3%')}")
     lines += ["", "![loss](loss.png)", "", "![throughput](throughput.png)", "",
               "| " + " | ".join(h for h, _, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(summary)]
