@@ -515,7 +515,7 @@ def plot_loss(runs: list[Run], baseline: str, path: str) -> None:
     colors = _recipe_colors([r.recipe for r in runs])
     last_step = max((r.records[-1]["step"] for r in runs if r.records), default=1)
     x0 = 0.7 * last_step
-    window = max(1, round(0.02 * last_step))
+    window = max(1, round(0.05 * max((len(r.records) for r in runs), default=1)))  # in logged steps
     zoom_y = []
     for run in runs:
         recs = [r for r in run.records if _finite(r.get("loss"))]
@@ -530,20 +530,22 @@ def plot_loss(runs: list[Run], baseline: str, path: str) -> None:
         vals = [(r["step"], r["val_loss"]) for r in recs if _finite(r.get("val_loss"))]
         full.plot(steps, losses, style, lw=3 if wide else 0.8, alpha=0.45 if wide else 0.9, label=f"{label} train",
                   **line)
+        # the zoom draws whole series (lines enter from the left edge) but fits its y range to the window
         smooth = _smooth(losses, window)
-        zs = [(s, v) for s, v in zip(steps, smooth) if s >= x0]
-        zoom.plot([s for s, _ in zs], [v for _, v in zs], style, lw=4 if wide else 1.5, alpha=0.45 if wide else 1,
-                  label=f"{label} train", **line)
-        zoom_y += [v for _, v in zs]
+        in_window = [v for s, v in zip(steps, smooth) if s >= x0]
+        if len(in_window) < 20 and run.status == "ok":  # sparse logging: show the points themselves
+            line.update(marker="o", markevery=None, ms=6 if wide else 3)
+        zoom.plot(steps, smooth, style, lw=4 if wide else 1.5, alpha=0.45 if wide else 1, label=f"{label} train",
+                  **line)
+        zoom_y += in_window
         if vals:
             dots = dict(color=color, zorder=line["zorder"], ms=9 if wide else 4, alpha=0.45 if wide else 1, lw=1)
             full.plot(*zip(*vals), "o--", label=f"{label} validation", **dots)
-            zv = [(s, v) for s, v in vals if s >= x0]
-            if zv:
-                zoom.plot(*zip(*zv), "o--", label=f"{label} validation", **dots)
-                zoom_y += [v for _, v in zv]
+            zoom.plot(*zip(*vals), "o--", label=f"{label} validation", **dots)
+            zoom_y += [v for s, v in vals if s >= x0]
     full.set(title="loss vs step", xlabel="step", ylabel="loss")
-    zoom.set(title=f"last 30% of steps (train: running mean over {window} step(s))", xlabel="step", ylabel="loss")
+    zoom.set(title=f"last 30% of steps (train: running mean over {window} logged step(s))", xlabel="step",
+             ylabel="loss")
     if zoom_y:
         lo, hi = min(zoom_y), max(zoom_y)
         pad = 0.05 * (hi - lo) or 0.01 * abs(hi) or 0.01
