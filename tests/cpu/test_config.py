@@ -85,6 +85,14 @@ def test_nested_model_table(tmp_path):
     ("[training]\ndataset = \"/nonexistent/x.bin\"\n", [], ["[training] dataset", "file not found"]),
     ("[training]\ndataset = \"corpus.txt\"\n", [], ["[training] dataset", "'stdlib' or a path to a .bin"]),
     ("[training\nsteps = 1\n", [], ["not valid TOML"]),
+    ("[validation]\nfreq = 0\n", [], ["[validation] freq = 0", "must be >= 1"]),
+    ("[validation]\nsteps = 0\n", [], ["[validation] steps = 0", "or -1 (the whole validation split)"]),
+    ("[validation]\nenable = \"yes\"\n", [], ["[validation] enable", "expected true or false"]),
+    ("[validation]\nevery = 5\n", [], ["[validation] every: unknown key", "enable, freq, steps"]),
+    ("[training]\nval_batches = 4\n", [], ["[training] val_batches: this key was replaced by [validation] "
+                                            "enable = true and steps = N"]),
+    ("", ["--training.val_batches=2"], ["command line --training.val_batches: this key was replaced by "
+                                        "[validation]"]),
 ])
 def test_bad_inputs_give_one_line(tmp_path, text, overrides, expect):
     path = write(tmp_path, text)

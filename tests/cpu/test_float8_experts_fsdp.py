@@ -99,7 +99,7 @@ def test_debug_train_run_tensorwise_linears_mxfp8_experts_float8_all_gather_loss
 
     dump = str(tmp_path / "run")
     proc = run_train(dump, 2, ["--training.steps=16", "--training.seq_len=64", "--training.local_batch_size=4",
-                               "--metrics.log_freq=1", "--training.val_batches=0", "--model.dim=128",
+                               "--metrics.log_freq=1", "--model.dim=128",
                                "--model.moe.hidden_dim=128", "--float8.enable", "--float8.recipe_name=tensorwise",
                                "--float8.moe_recipe_name=mxfp8", "--float8.enable_fsdp_float8_all_gather",
                                "--float8.precompute_float8_dynamic_scale_for_fsdp", "--float8.emulate"],
