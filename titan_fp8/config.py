@@ -58,7 +58,16 @@ class Training:
     seed: int = 42
     skip_nonfinite_steps: bool = False
     dataset: str = "stdlib"  # "stdlib" or a path to a .bin token file with a <file>.json sidecar
-    val_batches: int = 0  # at the end: mean loss over this many validation batches per rank (0: none)
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Loss on the held-out split of [training] dataset (torchtitan's names). The same validation batches are
+    used every time, so the curve is comparable across steps; validating touches no training state."""
+
+    enable: bool = False
+    freq: int = 10  # validate every `freq` steps, and at the last step
+    steps: int = -1  # validation batches per rank each time; -1: one pass over the whole validation split
 
 
 @dataclass(frozen=True)
@@ -119,6 +128,8 @@ class Float8:
     precompute_float8_dynamic_scale_for_fsdp: bool = False
     filter_fqns: list = field(default_factory=lambda: ["output", "router"])
     emulate: bool = False
+    moe_recipe_name: str = "none"  # routed experts: "none" | "fp8_rowwise" | "mxfp8"
+    moe_granularity: Optional[str] = None  # mxfp8 experts: "mx128" (default) | "mx32" | "mx32_plain"
 
 
 @dataclass(frozen=True)
@@ -126,6 +137,7 @@ class JobConfig:
     job: Job = field(default_factory=Job)
     model: Model = field(default_factory=Model)
     training: Training = field(default_factory=Training)
+    validation: Validation = field(default_factory=Validation)
     optimizer: Optimizer = field(default_factory=Optimizer)
     lr_scheduler: LRScheduler = field(default_factory=LRScheduler)
     parallelism: Parallelism = field(default_factory=Parallelism)
@@ -154,6 +166,7 @@ SECTIONS: dict[str, type] = {
     "job": Job,
     "model": Model,
     "training": Training,
+    "validation": Validation,
     "optimizer": Optimizer,
     "lr_scheduler": LRScheduler,
     "parallelism": Parallelism,
@@ -163,6 +176,15 @@ SECTIONS: dict[str, type] = {
     "compile": Compile,
     "comm": Comm,
     "float8": Float8,
+}
+
+# Keys that were renamed: a config still using one gets an error naming the replacement.
+RENAMED_KEYS = {
+    ("float8", "convert_experts"): "moe_recipe_name (\"none\" | \"fp8_rowwise\" | \"mxfp8\"; experts are no "
+                                   "longer tied to recipe_name)",
+    ("float8", "experts_granularity"): "moe_granularity (with moe_recipe_name = \"mxfp8\")",
+    ("training", "val_batches"): "[validation] enable = true and steps = N (validation batches per rank; it now "
+                                 "also runs every [validation] freq steps, not only at the end)",
 }
 
 # Declared element types of the container fields (the dataclass annotations stay simple).
@@ -226,6 +248,8 @@ def load_config(path: str, overrides: list[str] = (), world_size: Optional[int] 
         known = {f.name: f for f in dataclasses.fields(cls) if not (cls is Model and f.name == "overrides")}
         for key, value in given.items():
             if key not in known:
+                if (name, key) in RENAMED_KEYS:
+                    raise ConfigError(f"{where(name, key)}: this key was replaced by {RENAMED_KEYS[(name, key)]}")
                 if cls is Model:
                     model_overrides[key] = value  # checked against ModelArgs below
                     continue
@@ -257,6 +281,9 @@ def _declared_type(section: str, key: str, path: str):
             return _base_type(f)
     if cls is Model:
         return None  # a ModelArgs field; typed against ModelArgs later
+    if (section, key) in RENAMED_KEYS:
+        raise ConfigError(f"{path}: command line --{section}.{key}: this key was replaced by "
+                          f"{RENAMED_KEYS[(section, key)]}")
     allowed = ", ".join(f.name for f in dataclasses.fields(cls))
     raise ConfigError(f"{path}: command line --{section}.{key}: unknown key in [{section}]; allowed: {allowed}")
 
@@ -375,11 +402,14 @@ def _validate(cfg: JobConfig, where) -> None:
     need(t.seq_len >= 2, "training", "seq_len", "must be >= 2")
     need(t.steps >= 1, "training", "steps", "must be >= 1")
     need(t.max_norm >= 0, "training", "max_norm", "must be >= 0 (0 disables clipping)")
-    need(t.val_batches >= 0, "training", "val_batches", "must be >= 0 (0: no validation)")
     need(0 <= t.seed < 2**63, "training", "seed", "must be in [0, 2**63)")
     if t.dataset != "stdlib":
         need(t.dataset.endswith(".bin"), "training", "dataset", "allowed: 'stdlib' or a path to a .bin token file")
         need(os.path.isfile(t.dataset), "training", "dataset", "file not found (expected a .bin token file)")
+    v = cfg.validation
+    need(v.freq >= 1, "validation", "freq", "must be >= 1 (validate every freq steps and at the last step)")
+    need(v.steps == -1 or v.steps >= 1, "validation", "steps",
+         "must be >= 1 (batches per rank) or -1 (the whole validation split)")
     o = cfg.optimizer
     need(o.name == "AdamW", "optimizer", "name", "allowed: 'AdamW'")
     need(o.lr > 0, "optimizer", "lr", "must be > 0")

@@ -27,6 +27,21 @@ the result for operands that satisfy them:
              rows of the output's column axis (square TxT tiles satisfy it both ways): the promotion factor
              becomes a per-row vector. T must be a multiple of the kernel's column tile (128).
 Declarations are checked on the device without a host sync (torch._assert_async) unless validate=False.
+
+Backends (keyword `backend`, ONE switch for all three ops, picked by `pick_backend` below):
+  "triton"   the Triton kernels of triton_mx.py: every block / tile, any device Triton runs on (CPU: interpreter).
+  "cutlass"  CUTLASS 4.2's sm_90a blockwise-scaled grouped GEMM (cutlass_backend.py; built at first use):
+             block=128 with w_tile / a_tile = 128 only, reduction % 128 == 0, bf16 fprop/dgrad and fp32/bf16
+             wgrad outputs; wgrad also needs every group on a multiple of 128 tokens (asserted on the device).
+             Measured faster than Triton there (H100: 1.28-1.65x bf16 against Triton's 0.94-1.39x, identical
+             output; benchmarks/results/mxfp8_grouped_gemm_backends-h100-2026-11-23.md, NOTES.md).
+  "auto"     "cutlass" where it applies and builds (for wgrad only when the caller declares token_align=128:
+             alignment cannot be checked on the host without a sync), else "triton"; logs its choice once.
+  "gluon"    gluon_mx.py (sm_90 only; needs w_tile / a_tile a multiple of 128): the true-1x32 kernels that keep
+             the next wgmma in flight while a partial is promoted; measured 1.4-1.8x the Triton kernels at
+             block=32 (H100: 0.77-1.03x bf16, NOTES.md "Gluon mx32").
+  "auto"     for block=128 + tiles: "cutlass" (above); for block=32 + tiles on sm_90: "gluon"; else "triton".
+A named backend that cannot run raises; it never falls back.
 Operands must index within 2^31 elements (32-bit offsets in the kernels); larger calls raise ValueError.
 Launch configurations (FPROP_CONFIGS / WGRAD_CONFIGS) come from H200 sweeps; see NOTES.md for the numbers.
 
@@ -38,6 +53,7 @@ custom op titan_fp8::mxfp8_blocked_rowcol), bit-identical to each other.
 
 from __future__ import annotations
 
+import logging
 import os
 
 import torch
@@ -51,8 +67,12 @@ from .reference import (  # noqa: F401
 __all__ = [
     "mxfp8_grouped_mm_fprop", "mxfp8_grouped_mm_dgrad", "mxfp8_grouped_mm_wgrad",
     "grouped_mm_fprop_reference", "grouped_mm_dgrad_reference", "grouped_mm_wgrad_reference",
-    "FPROP_CONFIGS", "WGRAD_CONFIGS",
+    "FPROP_CONFIGS", "WGRAD_CONFIGS", "BACKENDS", "pick_backend",
 ]
+
+BACKENDS = ("auto", "triton", "cutlass", "gluon")
+_log = logging.getLogger(__name__)
+_logged = set()
 
 F8 = torch.float8_e4m3fn
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -158,6 +178,59 @@ def _check_int32_indexing(who, **tensors):
         if t.numel() and sum((n - 1) * st for n, st in zip(t.shape, t.stride())) >= _I32:
             raise ValueError(f"{who}: {name} of shape {tuple(t.shape)} needs 64-bit indexing (>= 2^31 "
                              f"elements); split the call along its token axis")
+
+
+# ------------------------------------------------------------------------------------------ backend switch
+def pick_backend(who, pass_, backend, t, block, tile, reduction, out_cols, out_dtype, token_align=1):
+    """The backend that runs this call: "triton" or "cutlass" (see the module docstring)."""
+    if backend not in BACKENDS:
+        _fail(who, f"backend={backend!r}; allowed: {', '.join(map(repr, BACKENDS))}")
+    if backend == "triton":
+        return "triton"
+    if backend == "gluon" or (backend == "auto" and block == 32):
+        return _pick_gluon(who, pass_, backend, t, tile)
+    from . import cutlass_backend as cb
+    reason = cb.device_reason(t) or cb.unsupported_reason(pass_, block, tile, reduction, out_cols, out_dtype)
+    if reason is None and pass_ == "wgrad" and backend == "auto" and token_align % cb.GRAN:
+        reason = f"token_align={token_align} (declare token_align=128 when every group starts on 128 tokens)"
+    if reason is None:
+        try:
+            cb.load()
+        except cb.CutlassUnavailable as e:
+            reason = str(e)
+    if backend == "cutlass":
+        if reason is not None:
+            raise cb.CutlassUnavailable(f"{who}: backend='cutlass' cannot run: {reason}")
+        return "cutlass"
+    choice = "triton" if reason else "cutlass"
+    # not while torch.compile traces: a logging call there is a graph break, which made dynamo run a whole
+    # compiled autograd op around these GEMMs eagerly (the fused MoE expert op, benchmarks/moe_layer.py run 2)
+    if not torch.compiler.is_compiling() and (pass_, choice, reason) not in _logged:
+        _logged.add((pass_, choice, reason))
+        _log.info("mxfp8 grouped GEMM %s: backend 'auto' -> %s%s", pass_, choice,
+                     f" ({reason})" if reason else " (CUTLASS sm_90a blockwise, the fastest measured for mx128)")
+    return choice
+
+
+def _pick_gluon(who, pass_, backend, t, tile):
+    reason = None
+    if tile % COL_TILE:
+        tname = "a_tile" if pass_ == "wgrad" else "w_tile"
+        reason = f"{tname}={tile}; the Gluon kernels need the {COL_TILE}-row-tiled scale ({tname}=1 runs on 'triton')"
+    elif not t.is_cuda:
+        reason = f"tensors are on {t.device}, the Gluon kernels need a CUDA device"
+    elif torch.cuda.get_device_capability(t.device) != (9, 0):
+        reason = f"device capability {torch.cuda.get_device_capability(t.device)}; the Gluon kernels are sm_90 only"
+    if backend == "gluon":
+        if reason is not None:
+            _fail(who, f"backend='gluon' cannot run: {reason}")
+        return "gluon"
+    choice = "triton" if reason else "gluon"
+    if not torch.compiler.is_compiling() and (pass_, choice, reason) not in _logged:
+        _logged.add((pass_, choice, reason))
+        _log.info("mxfp8 grouped GEMM %s: backend 'auto' -> %s%s", pass_, choice,
+                  f" ({reason})" if reason else " (Gluon sm_90, the fastest measured for 1x32 blocks)")
+    return choice
 
 
 # ------------------------------------------------------------------------------------------ launchers
@@ -281,9 +354,53 @@ def _(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile
     return do_t_data.new_empty((offs.shape[0], do_t_data.shape[0], a_t_data.shape[0]), dtype=out_dtype)
 
 
+# Gluon backend (gluon_mx.py, sm_90 only): true 1x32 promotion with the wgmma of step j+1 in flight while
+# step j is promoted; needs the 128-row-tiled scale of W (fprop/dgrad) / A^T (wgrad). Same signatures.
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_fprop_gluon", mutates_args=())
+def _fprop_gluon_op(a_data: torch.Tensor, a_scale: torch.Tensor, w_data: torch.Tensor, w_scale: torch.Tensor,
+                    offs: torch.Tensor, out_dtype: torch.dtype, block: int, w_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_nt
+    a = a_data if a_data.stride(-1) == 1 else a_data.contiguous()
+    w = w_data.contiguous()
+    _check_int32_indexing("mxfp8_grouped_mm_fprop", A=a, W=w)
+    return launch_nt(a, a_scale, w, w_scale, offs, out_dtype)
+
+
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_dgrad_gluon", mutates_args=())
+def _dgrad_gluon_op(do_data: torch.Tensor, do_scale: torch.Tensor, w_data: torch.Tensor, w_scale: torch.Tensor,
+                    offs: torch.Tensor, out_dtype: torch.dtype, block: int, w_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_nt
+    do = do_data if do_data.stride(-1) == 1 else do_data.contiguous()
+    wt = w_data.transpose(1, 2).contiguous()  # [E, K, N]: rows k, reduction n (free for a transposed view)
+    _check_int32_indexing("mxfp8_grouped_mm_dgrad", dO=do, W=wt)
+    return launch_nt(do, do_scale, wt, w_scale.transpose(1, 2), offs, out_dtype)
+
+
+@torch.library.custom_op("titan_fp8::mxfp8_grouped_mm_wgrad_gluon", mutates_args=())
+def _wgrad_gluon_op(do_t_data: torch.Tensor, do_t_scale: torch.Tensor, a_t_data: torch.Tensor,
+                    a_t_scale: torch.Tensor, offs: torch.Tensor, out_dtype: torch.dtype, block: int,
+                    a_tile: int) -> torch.Tensor:
+    from .gluon_mx import launch_wgrad
+    x = do_t_data if do_t_data.stride(-1) == 1 else do_t_data.contiguous()
+    y = a_t_data if a_t_data.stride(-1) == 1 else a_t_data.contiguous()
+    out_elems = offs.shape[0] * x.shape[0] * y.shape[0]
+    if out_elems >= _I32:
+        raise ValueError(f"mxfp8_grouped_mm_wgrad: dW of {out_elems} elements needs 64-bit indexing")
+    _check_int32_indexing("mxfp8_grouped_mm_wgrad", dO_t=x, A_t=y)
+    return launch_wgrad(x, do_t_scale, y, a_t_scale, offs, out_dtype)
+
+
+for _op, _ref in ((_fprop_gluon_op, _fprop_op), (_dgrad_gluon_op, _dgrad_op), (_wgrad_gluon_op, _wgrad_op)):
+    _op.register_fake(_ref._abstract_fn)
+
+# backend name -> (fprop, dgrad, wgrad) custom ops
+_BACKEND_OPS = {"triton": (_fprop_op, _dgrad_op, _wgrad_op), "gluon": (_fprop_gluon_op, _dgrad_gluon_op, _wgrad_gluon_op)}
+
+
+
 # ------------------------------------------------------------------------------------------ public API
 def mxfp8_grouped_mm_fprop(a_data, a_scale, w_data, w_scale, offs, out_dtype=torch.bfloat16, *, block=32,
-                           w_tile=1, validate=True):
+                           w_tile=1, validate=True, backend="auto"):
     """out[g] = A[g] @ W[e]^T (see the module docstring). Returns [M, N] out_dtype."""
     who = "mxfp8_grouped_mm_fprop"
     _check_pair(who, "a", a_data, a_scale, 2)
@@ -304,11 +421,15 @@ def mxfp8_grouped_mm_fprop(a_data, a_scale, w_data, w_scale, offs, out_dtype=tor
         _assert_runs_equal(a_scale, 1, block // 32, "a_scale along K")
         _assert_runs_equal(w_scale, 2, block // 32, "w_scale along K")
         _assert_runs_equal(w_scale, 1, w_tile, "w_scale along N")
-    return _fprop_op(a_data, a_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
+    choice = pick_backend(who, "fprop", backend, a_data, block, w_tile, K, N, out_dtype)
+    if choice == "cutlass":
+        from . import cutlass_backend
+        return cutlass_backend.fprop(a_data, a_scale, w_data, w_scale, offs)
+    return _BACKEND_OPS[choice][0](a_data, a_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
 
 
 def mxfp8_grouped_mm_dgrad(do_data, do_scale, w_data, w_scale, offs, out_dtype=torch.bfloat16, *, block=32,
-                           w_tile=1, validate=True):
+                           w_tile=1, validate=True, backend="auto"):
     """dX[g] = dO[g] @ W[e], W [E, N, K] scaled along N (scale [E, N/32, K]). Returns [M, K] out_dtype."""
     who = "mxfp8_grouped_mm_dgrad"
     _check_pair(who, "do", do_data, do_scale, 2)
@@ -329,12 +450,18 @@ def mxfp8_grouped_mm_dgrad(do_data, do_scale, w_data, w_scale, offs, out_dtype=t
         _assert_runs_equal(do_scale, 1, block // 32, "do_scale along N")
         _assert_runs_equal(w_scale, 1, block // 32, "w_scale along N")
         _assert_runs_equal(w_scale, 2, w_tile, "w_scale along K")
-    return _dgrad_op(do_data, do_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
+    choice = pick_backend(who, "dgrad", backend, do_data, block, w_tile, N, K, out_dtype)
+    if choice == "cutlass":
+        from . import cutlass_backend
+        return cutlass_backend.dgrad(do_data, do_scale, w_data, w_scale, offs)
+    return _BACKEND_OPS[choice][1](do_data, do_scale, w_data, w_scale, offs, out_dtype, block, w_tile)
 
 
 def mxfp8_grouped_mm_wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32, *,
-                           block=32, a_tile=1, validate=True):
-    """dW[e] = dO[g]^T @ A[g] from token-major copies (see the module docstring). Returns [E, N, K]."""
+                           block=32, a_tile=1, validate=True, backend="auto", token_align=1):
+    """dW[e] = dO[g]^T @ A[g] from token-major copies (see the module docstring). Returns [E, N, K].
+    token_align: the caller's promise that every group boundary is a multiple of it (checked on the device
+    when validate); 128 lets "auto" pick the CUTLASS kernel."""
     who = "mxfp8_grouped_mm_wgrad"
     _check_pair(who, "do_t", do_t_data, do_t_scale, 2)
     _check_pair(who, "a_t", a_t_data, a_t_scale, 2)
@@ -352,8 +479,17 @@ def mxfp8_grouped_mm_wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out
     if out_dtype not in (torch.float32, torch.bfloat16):
         _fail(who, f"out_dtype={out_dtype}; allowed: torch.float32, torch.bfloat16")
     _check_block(who, block, a_tile, "a_tile")
+    if not isinstance(token_align, int) or token_align < 1:
+        _fail(who, f"token_align={token_align!r}; expected a positive int")
     if validate:
         _assert_runs_equal(do_t_scale, 1, block // 32, "do_t_scale along tokens")
         _assert_runs_equal(a_t_scale, 1, block // 32, "a_t_scale along tokens")
         _assert_runs_equal(a_t_scale, 0, a_tile, "a_t_scale along K")
-    return _wgrad_op(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile)
+        if token_align > 1:
+            torch._assert_async((offs % token_align == 0).all(), f"{who}: offs not multiples of token_align="
+                                                                 f"{token_align}")
+    choice = pick_backend(who, "wgrad", backend, do_t_data, block, a_tile, M, K, out_dtype, token_align)
+    if choice == "cutlass":
+        from . import cutlass_backend
+        return cutlass_backend.wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype)
+    return _BACKEND_OPS[choice][2](do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype, block, a_tile)

@@ -19,7 +19,8 @@ DEBUG_TOML = os.path.join(ROOT, "train_configs", "debug_moe.toml")
 TINY = [
     "--training.seq_len=32", "--training.steps=6", "--training.seed=7", "--metrics.log_freq=1",
     "--optimizer.lr=3e-3", "--lr_scheduler.warmup_steps=2", "--model.moe.load_balance=aux_free",
-    "--model.moe.bias_update_rate=0.01", "--training.val_batches=2",
+    "--model.moe.bias_update_rate=0.01", "--validation.enable",
+    "--validation.freq=3", "--validation.steps=2",
 ]
 
 METRIC_KEYS = {"step", "loss", "grad_norm", "lr", "tps_per_gpu", "tflops_per_gpu", "mfu", "memory_gib",

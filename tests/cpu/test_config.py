@@ -85,6 +85,14 @@ def test_nested_model_table(tmp_path):
     ("[training]\ndataset = \"/nonexistent/x.bin\"\n", [], ["[training] dataset", "file not found"]),
     ("[training]\ndataset = \"corpus.txt\"\n", [], ["[training] dataset", "'stdlib' or a path to a .bin"]),
     ("[training\nsteps = 1\n", [], ["not valid TOML"]),
+    ("[validation]\nfreq = 0\n", [], ["[validation] freq = 0", "must be >= 1"]),
+    ("[validation]\nsteps = 0\n", [], ["[validation] steps = 0", "or -1 (the whole validation split)"]),
+    ("[validation]\nenable = \"yes\"\n", [], ["[validation] enable", "expected true or false"]),
+    ("[validation]\nevery = 5\n", [], ["[validation] every: unknown key", "enable, freq, steps"]),
+    ("[training]\nval_batches = 4\n", [], ["[training] val_batches: this key was replaced by [validation] "
+                                            "enable = true and steps = N"]),
+    ("", ["--training.val_batches=2"], ["command line --training.val_batches: this key was replaced by "
+                                        "[validation]"]),
 ])
 def test_bad_inputs_give_one_line(tmp_path, text, overrides, expect):
     path = write(tmp_path, text)
@@ -114,6 +122,22 @@ def test_float8_errors_become_one_line(tmp_path):
     assert "[float8] recipe_name" in msg
     load_config(write(tmp_path, '[float8]\nenable = true\nrecipe_name = "rowwise"\nemulate = true\n', "ok.toml"),
                 [], 1)
+
+
+def test_renamed_float8_expert_keys_name_their_replacement(tmp_path):
+    msg = error_of(write(tmp_path, '[float8]\nconvert_experts = true\n'))
+    assert "[float8] convert_experts: this key was replaced by moe_recipe_name" in msg and "\n" not in msg
+    msg = error_of(write(tmp_path, '[float8]\nexperts_granularity = "mx32"\n', "b.toml"))
+    assert "[float8] experts_granularity: this key was replaced by moe_granularity" in msg
+    with pytest.raises(ConfigError, match="command line --float8.experts_granularity: this key was replaced by"):
+        load_config(write(tmp_path, "", "c.toml"), ["--float8.experts_granularity=mx32"], 1)
+    msg = error_of(write(tmp_path, '[float8]\nenable = true\nmoe_recipe_name = "mxfp8"\nmoe_granularity = "mx64"\n'
+                         'emulate = true\n', "d.toml"))
+    assert "[float8] moe_granularity: " in msg and "\n" not in msg
+    cfg = load_config(write(tmp_path, '[float8]\nenable = true\nrecipe_name = "tensorwise"\n'
+                                      'moe_recipe_name = "mxfp8"\nmoe_granularity = "mx32"\nemulate = true\n', "e.toml"),
+                      [], 1)
+    assert cfg.float8.moe_recipe_name == "mxfp8" and cfg.float8.moe_granularity == "mx32"
 
 
 def test_nccl_max_ctas_from_config_or_environment(tmp_path, monkeypatch):
@@ -171,4 +195,18 @@ def test_float8_all_gather_that_cannot_be_honoured_is_a_start_up_config_error():
     with pytest.raises(ConfigError, match=r"debug_moe.toml: \[float8\] enable_fsdp_float8_all_gather: .*attention.wk"):
         build_model(cfg, torch.device("cpu"), lambda *a: None)
     ok = load_config("train_configs/debug_moe.toml", overrides, world_size=1)  # 32 rows in one shard: fine
+    build_model(ok, torch.device("cpu"), lambda *a: None)
+
+
+def test_expert_dims_that_do_not_fit_the_moe_granularity_are_a_start_up_config_error():
+    import torch
+
+    from titan_fp8.config import ConfigError, load_config
+    from titan_fp8.train.trainer import build_model
+
+    over = ["--float8.enable", "--float8.moe_recipe_name=mxfp8", "--float8.emulate"]
+    cfg = load_config("train_configs/debug_moe.toml", over, world_size=1)  # debug experts: dims 64, tiles 128
+    with pytest.raises(ConfigError, match=r"debug_moe.toml: \[float8\] moe_granularity: layers.1.moe.experts .*128"):
+        build_model(cfg, torch.device("cpu"), lambda *a: None)
+    ok = load_config("train_configs/debug_moe.toml", over + ["--float8.moe_granularity=mx32"], world_size=1)
     build_model(ok, torch.device("cpu"), lambda *a: None)

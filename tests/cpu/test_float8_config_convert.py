@@ -18,11 +18,29 @@ from titan_fp8.float8.roofline import analytic_speedup, predicted_speedup
     (dict(filter_fqns=["output", 3]), "filter_fqns"),
     (dict(emulate="yes"), "emulate"),
     (dict(enable_fsdp_float8_all_gather=1), "enable_fsdp_float8_all_gather"),
+    (dict(moe_recipe_name="fp8"), "moe_recipe_name"),
+    (dict(moe_recipe_name="mxfp8", moe_granularity="mx64"), "moe_granularity"),
+    (dict(moe_recipe_name="fp8_rowwise", moe_granularity="mx128"), "moe_granularity"),
+    (dict(moe_granularity="mx32"), "moe_granularity"),
+    (dict(moe_recipe_name="mxfp8", moe_granularity="mx32_plain", enable_fsdp_float8_all_gather=True),
+     "moe_granularity"),
 ])
 def test_config_errors_start_with_the_field(kwargs, field):
     with pytest.raises(ValueError) as e:
         Float8Config(**kwargs)
     assert str(e.value).startswith(field + ":"), str(e.value)
+
+
+def test_moe_keys_defaults_and_alignment():
+    assert Float8Config().moe_recipe_name == "none" and Float8Config().moe_granularity is None
+    assert Float8Config().moe_token_group_align == 1
+    c = Float8Config(recipe_name="tensorwise", moe_recipe_name="mxfp8")
+    assert c.moe_granularity == "mx128" and c.moe_token_group_align == 128
+    assert Float8Config(moe_recipe_name="mxfp8", moe_granularity="mx32").moe_token_group_align == 32
+    assert Float8Config(moe_recipe_name="fp8_rowwise").moe_token_group_align == 16
+    # precompute covers expert weights too (their scale groups may straddle shards), with any Linear recipe
+    Float8Config(recipe_name="mxfp8", moe_recipe_name="mxfp8", enable_fsdp_float8_all_gather=True,
+                 precompute_float8_dynamic_scale_for_fsdp=True)
 
 
 def test_config_frozen_and_list_filter_becomes_tuple():

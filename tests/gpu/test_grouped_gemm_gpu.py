@@ -57,7 +57,7 @@ def test_fprop_dgrad_gpu(block, tile, K, N):
     w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02
     ad, as_ = to_mxfp8_blocked(x, -1, block, 1)
     wd, ws = to_mxfp8_blocked(w, -1, block, tile)
-    out = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=block, w_tile=tile)
+    out = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=block, w_tile=tile, backend="triton")
     ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
     assert torch.equal(out[-100:], torch.zeros_like(out[-100:]))
     assert rel(out[:-100], ref[:-100]) < TOL_BF16
@@ -67,7 +67,7 @@ def test_fprop_dgrad_gpu(block, tile, K, N):
     dd, ds = to_mxfp8_blocked(do, -1, block, 1)
     wtd, wts = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, block, tile)
     dx = mxfp8_grouped_mm_dgrad(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=block,
-                                w_tile=tile)
+                                w_tile=tile, backend="triton")
     refd = grouped_mm_dgrad_reference(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs,
                                       out_dtype=torch.float64)
     assert torch.equal(dx[-100:], torch.zeros_like(dx[-100:]))
@@ -89,7 +89,7 @@ def test_wgrad_gpu(block, tile):
     do[real:] = float("nan")
     xt, xs = to_mxfp8_blocked(x.t(), -1, block, tile)
     dt, ds = to_mxfp8_blocked(do.t(), -1, block, 1)
-    out = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, block=block, a_tile=tile)
+    out = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, block=block, a_tile=tile, backend="triton")
     ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
     assert torch.equal(out[1], torch.zeros_like(out[1])) and torch.equal(out[6], torch.zeros_like(out[6]))
     # fp32 output over ~12k tokens: Hopper's fp8 wgmma accumulates each K=32 (or 4 x 32) chunk with fewer
@@ -133,7 +133,7 @@ def test_bf16_output_is_round_to_nearest_even():
     offs = _offs([2000, 2096])
     ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
     wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
-    o16 = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128)
+    o16 = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="triton")
     o32 = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, torch.float32, block=128, w_tile=128)
     assert torch.equal(o16, o32.bfloat16())
 

@@ -6,7 +6,7 @@ whether the weight can be all-gathered in float8 by FSDP2.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 
@@ -14,9 +14,18 @@ E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
 
 AUTO_FILTER = "auto_filter_small_kn"
-# titan_fp8.float8.experts.GRANULARITIES' names (kept here so the config imports no kernels; a test checks
-# the two agree)
-EXPERT_GRANULARITIES = ("mx128", "mx32", "mx32_plain")
+
+# Routed experts' recipes (`moe_recipe_name`), independent of the Linear `recipe_name`:
+#   "none"         bf16 experts (the MoE's own grouped GEMM)
+#   "fp8_rowwise"  e4m3, torch._scaled_grouped_mm; weights one scale per expert (expert_weights.py)
+#   "mxfp8"        e4m3 + E8M0 blocks, kernels/grouped_gemm; granularity `moe_granularity`
+MOE_RECIPES = ("none", "fp8_rowwise", "mxfp8")
+# mxfp8 granularity -> the activations' scale block along the reduction axis (tokens in wgrad). Names kept
+# equal to titan_fp8.float8.experts.GRANULARITIES (a test checks; the config imports no kernels).
+MOE_GRANULARITIES = {"mx128": 128, "mx32": 32, "mx32_plain": 32}
+DEFAULT_MOE_GRANULARITY = "mx128"
+# fp8_rowwise: torch._scaled_grouped_mm wants every group's rows 16-aligned
+FP8_ROWWISE_TOKEN_ALIGN = 16
 
 
 class Recipe(NamedTuple):
@@ -76,10 +85,14 @@ class Float8Config:
         (roofline in roofline.json).
     emulate: run the float8 numerics without fp8 hardware (CPU, tests): quantize exactly as on the GPU,
         then an fp32 matmul of the dequantized operands.
-    convert_experts: recipe "mxfp8" only: routed experts (every GroupedExperts not excluded by filter_fqns)
-        run titan_fp8.float8.experts.mxfp8_grouped_mm, and their MoE pads token groups to its scale block.
-    experts_granularity: that op's scale granularity ("mx128" default: the one faster than bf16 on H200;
-        "mx32", "mx32_plain"; see titan_fp8/float8/experts.py).
+    moe_recipe_name: routed experts (every MoE's `experts` not excluded by filter_fqns / module_filter_fn):
+        "none" (default: bf16), "fp8_rowwise" or "mxfp8"; independent of recipe_name. The MoE pads each
+        expert's token group to the recipe's block (moe_token_group_align).
+    moe_granularity: mxfp8 experts only: "mx128" (default when moe_recipe_name = "mxfp8"), "mx32" or
+        "mx32_plain" (titan_fp8/float8/experts.py says what each shares a scale over). Left unset (None) for
+        the other MoE recipes; setting it there is an error (it would mean nothing).
+    enable_fsdp_float8_all_gather covers the expert weights too (expert_weights.py; not with "mx32_plain",
+    whose two differently scaled weight copies cannot come from one gathered copy).
     """
 
     recipe_name: str = "tensorwise"
@@ -87,19 +100,33 @@ class Float8Config:
     precompute_float8_dynamic_scale_for_fsdp: bool = False
     filter_fqns: tuple = ("output", "router")
     emulate: bool = False
-    convert_experts: bool = True
-    experts_granularity: str = "mx128"
+    moe_recipe_name: str = "none"
+    moe_granularity: Optional[str] = None
     recipe: Recipe = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.recipe_name not in RECIPES:
             raise ValueError(f"recipe_name: {self.recipe_name!r} is not a float8 recipe; allowed: "
                              f"{', '.join(map(repr, RECIPES))}")
-        if self.experts_granularity not in EXPERT_GRANULARITIES:
-            raise ValueError(f"experts_granularity: {self.experts_granularity!r} is not an MXFP8 expert granularity; "
-                             f"allowed: {', '.join(map(repr, EXPERT_GRANULARITIES))}")
-        for name in ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "emulate",
-                     "convert_experts"):
+        if self.moe_recipe_name not in MOE_RECIPES:
+            raise ValueError(f"moe_recipe_name: {self.moe_recipe_name!r} is not an MoE expert recipe; allowed: "
+                             f"{', '.join(map(repr, MOE_RECIPES))}")
+        if self.moe_recipe_name == "mxfp8":
+            if self.moe_granularity is None:
+                object.__setattr__(self, "moe_granularity", DEFAULT_MOE_GRANULARITY)
+            if self.moe_granularity not in MOE_GRANULARITIES:
+                raise ValueError(f"moe_granularity: {self.moe_granularity!r} is not an MXFP8 expert granularity; "
+                                 f"allowed: {', '.join(map(repr, MOE_GRANULARITIES))}")
+        elif self.moe_granularity is not None:
+            raise ValueError(f"moe_granularity: {self.moe_granularity!r} is set but moe_recipe_name is "
+                             f"{self.moe_recipe_name!r}; a granularity applies to moe_recipe_name='mxfp8' only "
+                             f"(leave it unset)")
+        if self.enable_fsdp_float8_all_gather and self.moe_granularity == "mx32_plain":
+            raise ValueError("moe_granularity: 'mx32_plain' cannot be all-gathered in float8 "
+                             "(enable_fsdp_float8_all_gather): it scales the expert weights 1x32 along K for "
+                             "fprop and along N for dgrad, two copies that one gathered copy cannot give; use "
+                             "'mx128' or 'mx32' (square 128x128 weight tiles serve both)")
+        for name in ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "emulate"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected true/false, got {getattr(self, name)!r}")
         object.__setattr__(self, "filter_fqns", _fqn_list(self.filter_fqns))
@@ -112,11 +139,26 @@ class Float8Config:
             if not self.enable_fsdp_float8_all_gather:
                 raise ValueError("precompute_float8_dynamic_scale_for_fsdp: needs "
                                  "enable_fsdp_float8_all_gather = true (it precomputes the all-gather's scales)")
-            if self.recipe_name != "tensorwise":
-                raise ValueError(f"precompute_float8_dynamic_scale_for_fsdp: only for recipe_name='tensorwise'; "
-                                 f"{self.recipe_name!r} scales are local to each shard, so its float8 all-gather "
-                                 f"already runs without any AMAX all-reduce")
+            if self.recipe_name != "tensorwise" and self.moe_recipe_name == "none":
+                raise ValueError(f"precompute_float8_dynamic_scale_for_fsdp: only for recipe_name='tensorwise' or "
+                                 f"float8 experts (moe_recipe_name); {self.recipe_name!r} scales are local to "
+                                 f"each shard, so its float8 all-gather already runs without any AMAX all-reduce")
 
     @property
     def auto_filter(self) -> bool:
         return AUTO_FILTER in self.filter_fqns
+
+    @property
+    def moe_block(self) -> int:
+        """Elements sharing a scale along an expert GEMM's reduction axis; 0 for bf16 experts. Expert weight dims
+        must be multiples of it (convert.py checks)."""
+        if self.moe_recipe_name == "mxfp8":
+            return MOE_GRANULARITIES[self.moe_granularity]
+        return FP8_ROWWISE_TOKEN_ALIGN if self.moe_recipe_name == "fp8_rowwise" else 0
+
+    @property
+    def moe_token_group_align(self) -> int:
+        """Rows every expert's token group is padded to: fp8_rowwise 16 (torch._scaled_grouped_mm), mxfp8 the
+        block (128 for mx128: wgrad's token blocks must not straddle two experts, and the CUTLASS backend
+        needs 128-token groups), 1 for bf16 experts."""
+        return self.moe_block or 1

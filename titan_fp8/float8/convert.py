@@ -8,6 +8,8 @@ A Linear is converted when
     norms and the attention core are not nn.Linear and are never touched);
   - with "auto_filter_small_kn" in filter_fqns: the roofline (roofline.py) predicts a speedup;
   - module_filter_fn(module, fqn), if given, returns True.
+With config.moe_recipe_name != "none", every MoE's routed experts are converted too (convert_experts; the same
+filter_fqns / module_filter_fn apply to the fqn "<moe>.experts").
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import torch.nn as nn
 
 from .config import AUTO_FILTER, Float8Config
 from .linear import Float8Linear
+from .weights import Float8TrainingWeight, ScaleGroup, unwrap_weight
 
 
 def fqn_matches(fqn: str, pattern: str) -> bool:
@@ -55,20 +58,25 @@ def convert_to_float8_training(model: nn.Module, config: Optional[Float8Config] 
             if module_filter_fn is not None and not module_filter_fn(child, fqn):
                 continue
             setattr(parent, name, Float8Linear.from_linear(child, config))
-    if config.recipe_name == "mxfp8" and config.convert_experts:
-        _convert_experts(model, config, module_filter_fn)
+    if config.moe_recipe_name != "none":
+        convert_experts(model, config, module_filter_fn)
     _stamp_scale_group(model)
     return model
 
 
-def _convert_experts(model: nn.Module, config: Float8Config, module_filter_fn) -> None:
-    """Routed experts: GroupedExperts.mm -> the MXFP8 grouped GEMM; the owning MoE pads each expert's token
-    group to the op's scale block (so wgrad's token blocks never straddle two experts)."""
+def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=None) -> None:
+    """Routed experts of every MoE (not excluded by filter_fqns / module_filter_fn) run config.moe_recipe_name:
+    moe.experts becomes titan_fp8.float8.experts.Float8GroupedExperts (the fused float8 expert path), its w13 /
+    w2 become Float8ExpertWeight with float8 all-gather, and the MoE pads each expert's token group to
+    config.moe_token_group_align (fp8_rowwise 16; mxfp8 the scale block, so wgrad's token blocks never
+    straddle two experts)."""
     from titan_fp8.models.moe import MoE
 
-    from .experts import GRANULARITIES, make_mxfp8_grouped_mm
+    from .experts import Float8GroupedExperts
 
-    gran = GRANULARITIES[config.experts_granularity]
+    block = config.moe_block
+    what = (f"moe_recipe_name={config.moe_recipe_name!r}" + (f", moe_granularity={config.moe_granularity!r}"
+                                                             if config.moe_granularity else ""))
     for fqn, moe in model.named_modules():
         if not isinstance(moe, MoE):
             continue
@@ -78,23 +86,50 @@ def _convert_experts(model: nn.Module, config: Float8Config, module_filter_fn) -
         if module_filter_fn is not None and not module_filter_fn(moe.experts, efqn):
             continue
         ex = moe.experts
-        bad = [f"{n} {tuple(getattr(ex, n).shape)}" for n in ("w13", "w2") if any(d % 32 for d in getattr(ex, n).shape[1:])]
+        bad = [f"{n} {tuple(getattr(ex, n).shape)}" for n in ("w13", "w2") if any(d % block for d in getattr(ex, n).shape[1:])]
         if bad:
-            raise ValueError(f"convert_to_float8_training: {efqn} cannot run MXFP8 (its out/in dims must be multiples "
-                             f"of 32): {', '.join(bad)}; exclude it with filter_fqns=[..., 'experts']")
-        ex.mm = make_mxfp8_grouped_mm(config.experts_granularity, backend="emulated" if config.emulate else "auto")
-        ex.float8_granularity = config.experts_granularity
-        moe.token_group_align = max(moe.token_group_align, gran.block)
+            key = "moe_granularity" if config.moe_recipe_name == "mxfp8" else "moe_recipe_name"
+            raise ValueError(f"{key}: {efqn} cannot run {what}: its weights' out/in dims must be multiples of "
+                             f"{block}: {', '.join(bad)}; exclude it with filter_fqns=[..., 'experts']")
+        ex = Float8GroupedExperts.from_grouped_experts(ex, config)
+        if config.enable_fsdp_float8_all_gather:
+            wrap_expert_weights_for_all_gather(ex, config)
+        moe.experts = ex
+        moe.token_group_align = max(moe.token_group_align, config.moe_token_group_align)
+
+
+def wrap_expert_weights_for_all_gather(ex: nn.Module, config: Float8Config) -> None:
+    """w13 / w2 of `ex` become Float8ExpertWeight (same storage): FSDP2 all-gathers them in float8.
+    Checkpoints keep holding the plain high-precision tensors."""
+    from .expert_weights import Float8ExpertWeight
+
+    for name in ("w13", "w2"):
+        p = getattr(ex, name)
+        if isinstance(p, Float8TrainingWeight):
+            continue
+        setattr(ex, name, nn.Parameter(Float8ExpertWeight(p.data, config, name), requires_grad=p.requires_grad))
+    ex._register_state_dict_hook(_plain_expert_weights_in_state_dict)
+    ex.register_load_state_dict_post_hook(_drop_expert_scale_cache)
+
+
+def _plain_expert_weights_in_state_dict(module, state_dict, prefix, local_metadata):
+    for name in ("w13", "w2"):
+        if prefix + name in state_dict:
+            state_dict[prefix + name] = unwrap_weight(state_dict[prefix + name])
+    return state_dict
+
+
+def _drop_expert_scale_cache(module, incompatible_keys):
+    module._float8_expert_amax = {}  # the loaded weights need new scales
 
 
 def _stamp_scale_group(model: nn.Module) -> None:
-    """Every tensorwise float8-all-gather Linear of `model` (also ones made earlier with from_linear) shares one
-    ScaleGroup: without precompute, the first all-gather of a step computes all their scales with ONE
-    all-reduce (weights.py)."""
-    from .weights import ScaleGroup
+    """Every module of `model` holding float8-all-gather weights (tensorwise Linears, float8 experts; also
+    ones made earlier with from_linear) shares one ScaleGroup: the weights among them whose scales need the
+    AMAX all-reduce get them from ONE all-reduce per step, also without precompute (weights.py)."""
     members = [(fqn, m) for fqn, m in model.named_modules()
-               if isinstance(m, Float8Linear) and m.float8_config.enable_fsdp_float8_all_gather
-               and m.float8_config.recipe_name == "tensorwise"]
+               if any(isinstance(getattr(p, "_local_tensor", p), Float8TrainingWeight)
+                      for p in m.parameters(recurse=False))]
     if members:
         group = ScaleGroup(members)
         for _, m in members:
@@ -102,8 +137,9 @@ def _stamp_scale_group(model: nn.Module) -> None:
 
 
 def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
-    """Start-up check (call in parallelize, before the first step): every float8-all-gather weight can be gathered
-    as configured over `world_size` FSDP shards; raises ValueError naming the layer otherwise."""
+    """Start-up check (call in parallelize, before the first step): every float8-all-gather weight (Linear and
+    expert) can be gathered as configured over `world_size` FSDP shards; raises ValueError naming the layer
+    otherwise."""
     bad = []
     for fqn, mod in model.named_modules():
         if not isinstance(mod, Float8Linear) or not mod.float8_config.enable_fsdp_float8_all_gather:
@@ -115,3 +151,15 @@ def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
         raise ValueError(f"enable_fsdp_float8_all_gather: with recipe 'mxfp8' every FSDP shard must hold a multiple "
                          f"of 32 rows (32x32 tiles must not straddle shards); over {world_size} ranks these do not: "
                          f"{', '.join(bad)}")
+    # Expert weights gather over any number of ranks and shard placements (scale groups that straddle shards
+    # take the one AMAX all-reduce), so only their pairing with a float8 expert module can be wrong.
+    from .expert_weights import Float8ExpertWeight
+    from .experts import Float8GroupedExperts
+    bad = [f"{fqn}.{n}" for fqn, mod in model.named_modules() for n, p in mod.named_parameters(recurse=False)
+           if isinstance(getattr(p, "_local_tensor", p), Float8ExpertWeight)
+           and (not isinstance(mod, Float8GroupedExperts) or mod.moe_recipe != p._config.moe_recipe_name
+                or p._config.moe_granularity == "mx32_plain")]
+    if bad:
+        raise ValueError(f"enable_fsdp_float8_all_gather: expert weights {', '.join(bad)} would be gathered in float8 "
+                         f"but are not run by a Float8GroupedExperts of the same moe_recipe_name (or use "
+                         f"'mx32_plain'); convert them with convert_to_float8_training")

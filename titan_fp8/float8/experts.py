@@ -1,4 +1,13 @@
-"""MXFP8 grouped GEMM for MoE experts: the autograd op that GroupedExperts.mm becomes under float8.
+"""Float8 routed experts.
+
+Two things live here:
+  Float8GroupedExperts / fused_experts (issue 9; second half of this file): the whole expert path of an MoE
+      layer as ONE autograd op, dispatch -> grouped GEMM(w13) -> SwiGLU -> grouped GEMM(w2) -> combine, for
+      moe_recipe "fp8_rowwise" (torch._scaled_grouped_mm) and "mxfp8" (kernels.grouped_gemm), with an emulated
+      twin (same quantization in plain PyTorch, float64 GEMMs) for CPU. See the section header below.
+  mxfp8_grouped_mm: the per-GEMM MXFP8 op (GroupedExperts.mm under the older conversion), described next.
+
+MXFP8 grouped GEMM for MoE experts: the autograd op that GroupedExperts.mm becomes under float8.
 
     mxfp8_grouped_mm(x, w, offs) -> out          x [T, in], w [E, out, in], offs int32 [E] (cumulative ends)
 
@@ -24,18 +33,24 @@ granularity with power-of-two (E8M0) scales, plus 128x128 tiles for x^T in wgrad
 zeroed before the token-axis quantization so padding garbage (torch._grouped_mm leaves such rows
 uninitialised) cannot reach a real token's scale.
 
-CUDA tensors run the Triton kernels (quantization: kernels/grouped_gemm/quant_triton.py, one read of x / dO
-for both copies; GEMMs: kernels/grouped_gemm); anything else runs the emulated twin (the same quantization in
-plain PyTorch, kernels/grouped_gemm/quant.py, then the float64 dequantize-then-matmul references), which
-tests compare with the kernels.
+CUDA tensors run the Triton quantizer (kernels/grouped_gemm/quant_triton.py, one read of x / dO for both
+copies) and the GEMMs of kernels/grouped_gemm through its backend switch (`backend`: "auto" runs "mx128" on
+CUTLASS on sm_90 where it builds, wgrad only with token_align=128); anything else runs the emulated twin (the
+same quantization in plain PyTorch, kernels/grouped_gemm/quant.py, then the float64 dequantize-then-matmul
+references), which tests compare with the kernels.
 """
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
+from torch import Tensor
+from torch.profiler import record_function
 
+import kernels.moe as moe_kernels
+from kernels.moe import reference as moe_reference
 from kernels.grouped_gemm import (
     grouped_mm_dgrad_reference,
     grouped_mm_fprop_reference,
@@ -45,8 +60,13 @@ from kernels.grouped_gemm import (
     mxfp8_grouped_mm_wgrad,
 )
 from kernels.grouped_gemm.quant import to_mxfp8_blocked
+from kernels.mxfp8 import from_mxfp8
+from titan_fp8.models.moe import GroupedExperts, _row_group
 
-__all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm"]
+from . import expert_weights
+
+__all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm", "MOE_RECIPES",
+           "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts"]
 
 
 class Granularity(NamedTuple):
@@ -64,10 +84,13 @@ DEFAULT_GRANULARITY = "mx128"
 
 
 def _backend(t: torch.Tensor, backend: str) -> str:
-    if backend not in ("auto", "triton", "emulated"):
-        raise ValueError(f"mxfp8_grouped_mm: backend={backend!r}; allowed: 'auto', 'triton', 'emulated'")
-    if backend == "auto":
-        return "triton" if t.is_cuda else "emulated"
+    # "auto"/"triton"/"cutlass"/"gluon" name the GEMM backend of kernels.grouped_gemm (its one switch;
+    # quantization is Triton for all of them); "emulated" is the plain-PyTorch twin
+    if backend not in ("auto", "triton", "cutlass", "gluon", "emulated"):
+        raise ValueError(f"mxfp8_grouped_mm: backend={backend!r}; allowed: 'auto', 'triton', 'cutlass', 'gluon', "
+                         f"'emulated'")
+    if backend == "auto" and not t.is_cuda:
+        return "emulated"
     return backend
 
 
@@ -91,7 +114,7 @@ def _token_major(x: torch.Tensor, offs: torch.Tensor, block: int, tile: int):
 def _quant_act(t, offs, g, row, col, col_tile, backend):
     """Row copy of t [T, C] along C (1 x block) and token-major copy along tokens (block x col_tile), padding
     rows zeroed for the latter. Triton: one read of t; emulated: plain PyTorch, same bytes."""
-    if backend == "triton":
+    if backend != "emulated":
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         return to_mxfp8_blocked_rowcol(t, row_block=g.block, col_block=g.block, col_tile=col_tile, do_row=row,
                                        do_col=col, limit=offs[-1:])
@@ -103,7 +126,7 @@ def _quant_act(t, offs, g, row, col, col_tile, backend):
 def _quant_weight(w, g, along_out, backend):
     """w [E, out, in] with weight_tile x block scales: along in (fprop: data [E, out, in]) or along out
     (dgrad: data [E, in, out], i.e. W^T quantized along its last dim)."""
-    if backend == "triton":
+    if backend != "emulated":
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         if along_out:
             return to_mxfp8_blocked_rowcol(w, col_block=g.block, col_tile=g.weight_tile, do_row=False)[2:]
@@ -114,22 +137,22 @@ def _quant_weight(w, g, along_out, backend):
 
 
 def _fprop(xd, xs, wd, ws, offs, out_dtype, g, backend):
-    if backend == "triton":
+    if backend != "emulated":
         return mxfp8_grouped_mm_fprop(xd, xs, wd, ws, offs, out_dtype, block=g.block, w_tile=g.weight_tile,
-                                      validate=False)
+                                      validate=False, backend=backend)
     return grouped_mm_fprop_reference(xd, xs, wd, ws, offs, out_dtype=out_dtype)
 
 
 class _MXFP8GroupedMM(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, w, offs, g, backend):
+    def forward(ctx, x, w, offs, g, backend, token_align):
         # x along in, and (only if w needs a gradient) the token-major copy wgrad reads: float8 is what is
         # saved for backward, not bf16 x
         xd, xs, xtd, xts = _quant_act(x, offs, g, True, ctx.needs_input_grad[1], g.wgrad_x_tile, backend)
         wd, ws = _quant_weight(w, g, False, backend)
         out = _fprop(xd, xs, wd, ws, offs, x.dtype, g, backend)
         ctx.save_for_backward(xtd, xts, w, offs)
-        ctx.g, ctx.backend, ctx.x_dtype, ctx.T = g, backend, x.dtype, x.shape[0]
+        ctx.g, ctx.backend, ctx.x_dtype, ctx.T, ctx.token_align = g, backend, x.dtype, x.shape[0], token_align
         return out
 
     @staticmethod
@@ -142,24 +165,30 @@ class _MXFP8GroupedMM(torch.autograd.Function):
             # w scaled along out (N): w^T [E, in, out] quantized along its last dim, viewed back as [E, out, in]
             wtd, wts = _quant_weight(w, g, True, backend)
             wn_data, wn_scale = wtd.transpose(1, 2), wts.transpose(1, 2)  # [E, N, K] view, [E, N/32, K]
-            if backend == "triton":
+            if backend != "emulated":
                 dx = mxfp8_grouped_mm_dgrad(dd, ds, wn_data, wn_scale, offs, ctx.x_dtype, block=g.block,
-                                            w_tile=g.weight_tile, validate=False)
+                                            w_tile=g.weight_tile, validate=False, backend=backend)
             else:
                 dx = grouped_mm_dgrad_reference(dd, ds, wn_data, wn_scale, offs, out_dtype=ctx.x_dtype)
         if ctx.needs_input_grad[1]:
-            if backend == "triton":
-                dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, torch.float32, block=g.block,
-                                            a_tile=g.wgrad_x_tile, validate=False)
+            if backend != "emulated":
+                # bf16 weights: the kernel rounds its fp32 sum to bf16 itself (no fp32 [E, N, K] round trip)
+                dw_dtype = torch.bfloat16 if w.dtype == torch.bfloat16 else torch.float32
+                dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, dw_dtype, block=g.block,
+                                            a_tile=g.wgrad_x_tile, validate=False, backend=backend,
+                                            token_align=ctx.token_align)
             else:
                 dw = grouped_mm_wgrad_reference(dtd, dts, xtd, xts, offs, out_dtype=torch.float32)
             dw = dw.to(w.dtype)
-        return dx, dw, None, None, None
+        return dx, dw, None, None, None, None
 
 
 def mxfp8_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, *,
-                     granularity: str = DEFAULT_GRANULARITY, backend: str = "auto") -> torch.Tensor:
-    """MXFP8 grouped GEMM with autograd: x [T, in] (bf16/fp32), w [E, out, in], offs int32 [E]."""
+                     granularity: str = DEFAULT_GRANULARITY, backend: str = "auto",
+                     token_align: int = 1) -> torch.Tensor:
+    """MXFP8 grouped GEMM with autograd: x [T, in] (bf16/fp32), w [E, out, in], offs int32 [E].
+    token_align: every group boundary is a multiple of it (the MoE's token_group_align); 128 lets "auto" run
+    wgrad on CUTLASS too (kernels.grouped_gemm's backend switch)."""
     if not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or x.dim() != 2 or w.dim() != 3 \
             or x.shape[1] != w.shape[2]:
         raise ValueError(f"mxfp8_grouped_mm: expected x [T, in] and w [E, out, in], got x "
@@ -174,11 +203,353 @@ def mxfp8_grouped_mm(x: torch.Tensor, w: torch.Tensor, offs: torch.Tensor, *,
         raise ValueError(f"mxfp8_grouped_mm: granularity={granularity!r}; allowed: {', '.join(GRANULARITIES)}")
     if x.dtype not in (torch.bfloat16, torch.float32, torch.float16):
         raise ValueError(f"mxfp8_grouped_mm: x.dtype is {x.dtype}; expected bf16, fp16 or fp32")
-    return _MXFP8GroupedMM.apply(x, w, offs, GRANULARITIES[granularity], _backend(x, backend))
+    return _MXFP8GroupedMM.apply(x, w, offs, GRANULARITIES[granularity], _backend(x, backend), token_align)
 
 
-def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str = "auto"):
+def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str = "auto", token_align: int = 1):
     """A (x, w, offs) callable for GroupedExperts.mm with the granularity fixed."""
     if granularity not in GRANULARITIES:
         raise ValueError(f"make_mxfp8_grouped_mm: granularity={granularity!r}; allowed: {', '.join(GRANULARITIES)}")
-    return functools.partial(mxfp8_grouped_mm, granularity=granularity, backend=backend)
+    return functools.partial(mxfp8_grouped_mm, granularity=granularity, backend=backend, token_align=token_align)
+
+
+# =============================================================================================================
+# The fused float8 expert path (issue 9): ONE autograd op over dispatch -> GEMM(w13) -> SwiGLU -> GEMM(w2) ->
+# combine, for moe_recipe "fp8_rowwise" (torch._scaled_grouped_mm) and "mxfp8" (kernels.grouped_gemm).
+# =============================================================================================================
+#
+# Forward (N tokens, k slots, P = buffer rows of the DispatchPlan, every expert group padded to `align` rows):
+#   dispatch_quantize  x [N, D] -> xq [P, D] (fprop rows) + xtq [D, P] (token-major: w13's wgrad operand)
+#   fprop(w13)         h13 [P, 2H] bf16 (kept for SwiGLU's backward)
+#   swiglu_quantize    a = silu(h1) * h3 -> aq [P, H] (fprop rows) + atq [H, P] (token-major: w2's wgrad)
+#   fprop(w2)          y [P, D] bf16 (kept: the router weights' gradient reads it)
+#   combine            out[t] = sum_j weights[t, j] * y[pos[t*k + j]]  (fp32 sum in slot order)
+# Saved for backward: xtq/xts, h13, atq/ats, y, the plan and the router weights; no bf16 permuted copy of x.
+# Backward: combine_backward (dy rows + token-major, router weights' gradient) -> dgrad(w2), wgrad(w2) ->
+# swiglu_quantize_backward -> dgrad(w13), wgrad(w13) -> dx[t] = sum_j dx_buf[pos[t*k + j]].
+# wgrad writes the parameter dtype from the GEMM (mxfp8: the kernel's bf16/fp32 output; fp8_rowwise:
+# torch._scaled_grouped_mm's bf16 output, cast only for fp32 parameters).
+#
+# Activation ops: kernels.moe (contract 2; Triton on CUDA, its plain PyTorch reference for the emulated twin),
+# except the mxfp8 wgrad-tiled copies (see the activation section). Weights: contract 1,
+# titan_fp8.float8.expert_weights.expert_weight_operands (cached once per optimizer step in eager; under
+# torch.compile inductor fuses the casts; a float8-all-gathered weight brings its own bytes).
+# Scale convention (fp8_rowwise, activations and weights alike): the project's quantization scales (value =
+# data / scale; kernels.moe, contract 1); torch._scaled_grouped_mm multiplies by their reciprocals (powers of two:
+# exact; [E, N]-sized for weights, so the inversion is negligible).
+#   fp8_rowwise rows: fp32 [P], one power-of-two scale per row;
+#   fp8_rowwise token-major: fp32 [E, C], one per (expert group, feature): the only 2d x 2d (grouped K) scale
+#       layout torch._scaled_grouped_mm takes (scale_a [E * N], scale_b [E * K], group-major; torchao 0.18's
+#       moe_training writes the same); token groups padded to 16 rows (its fp8 wgrad requirement).
+#   mxfp8: E8M0 rows 1 x block; token-major block (tokens) x tile (features).
+# No host sync anywhere: group membership comes from searchsorted on offs, never from offs.tolist().
+
+MOE_RECIPES = ("fp8_rowwise", "mxfp8")
+ROWWISE_GROUP_ALIGN = 16  # torch._scaled_grouped_mm's fp8 wgrad needs token groups in multiples of 16
+
+
+@dataclass(frozen=True)
+class FusedSpec:
+    """What the fused op needs besides tensors (hashable: a constant for torch.compile)."""
+    recipe: str                 # "fp8_rowwise" | "mxfp8"
+    granularity: str | None     # mxfp8: a GRANULARITIES key; fp8_rowwise: None
+    backend: str                # "emulated" | "cuda" (fp8_rowwise) | mxfp8 GEMM backend ("auto", "triton", "cutlass", "gluon")
+    align: int                  # token group alignment the plan must have
+    act_backend: str = "auto"   # kernels.moe backend on real hardware: "auto" (Triton) | "reference" (torch ops)
+
+    @property
+    def g(self) -> Granularity:
+        return GRANULARITIES[self.granularity]
+
+    @property
+    def emulated(self) -> bool:
+        return self.backend == "emulated"
+
+
+def make_fused_spec(recipe: str, granularity: str | None = None, backend: str = "auto",
+                    device: torch.device | str = "cuda", act_backend: str = "auto") -> FusedSpec:
+    if recipe not in MOE_RECIPES:
+        raise ValueError(f"moe_recipe_name={recipe!r}; allowed: {', '.join(MOE_RECIPES)}")
+    if recipe == "fp8_rowwise":
+        if granularity is not None:
+            raise ValueError(f"moe_granularity={granularity!r} is for moe_recipe_name='mxfp8'; fp8_rowwise has none")
+        if backend not in ("auto", "emulated", "cuda"):
+            raise ValueError(f"fp8_rowwise expert backend={backend!r}; allowed: auto, emulated, cuda")
+        align = ROWWISE_GROUP_ALIGN
+    else:
+        granularity = granularity or DEFAULT_GRANULARITY
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"moe_granularity={granularity!r}; allowed: {', '.join(GRANULARITIES)}")
+        align = GRANULARITIES[granularity].block
+    if backend == "auto" and torch.device(device).type != "cuda":
+        backend = "emulated"
+    elif backend == "auto" and recipe == "fp8_rowwise":
+        backend = "cuda"
+    if act_backend not in ("auto", "reference"):
+        raise ValueError(f"act_backend={act_backend!r}; allowed: auto (kernels.moe's Triton kernels on CUDA), "
+                         f"reference (its plain PyTorch ops; inductor fuses them under torch.compile)")
+    return FusedSpec(recipe, granularity, backend, align, act_backend)
+
+
+# ------------------------------------------------------------------------------------------ activation ops
+# kernels.moe (contract 2) on every piece whose layout it writes: Triton on CUDA, its plain PyTorch reference
+# (same bytes) for the emulated twin. One exception, for speed: mxfp8 with weight-tiled wgrad ("mx128", "mx32")
+# reads x^T and a^T (wgrad's second operand) in block x 128(features) tiles, the layout the tiled wgrad kernel
+# needs (0.4-0.6x the speed without: kernels/grouped_gemm/NOTES.md), which kernels.moe does not write (it writes
+# 1 x block along tokens). There dispatch and SwiGLU gather / compute the bf16 values and
+# kernels.grouped_gemm's one-read quantizer writes both copies; the gradients (dy, dh13: wgrad's first operand,
+# tile 1) come from kernels.moe in every case.
+def _moe_backend(spec: FusedSpec) -> str:
+    return "reference" if spec.emulated else spec.act_backend
+
+
+def _a_tile(spec: FusedSpec) -> int:
+    return spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1
+
+
+def _own_token_major_layout(spec: FusedSpec) -> bool:
+    return spec.recipe == "mxfp8" and spec.g.wgrad_x_tile > 1
+
+
+def _mx_rows_and_tiles(t: Tensor, offs: Tensor, spec: FusedSpec):
+    return _quant_act(t, offs, spec.g, True, True, spec.g.wgrad_x_tile, "emulated" if spec.emulated else "triton")
+
+
+def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec):
+    """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts): rows gathered into expert order (src == N: zero row)."""
+    if _own_token_major_layout(spec):
+        xp = torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, src)
+        return _mx_rows_and_tiles(xp, offs, spec)
+    return moe_kernels.dispatch_quantize(x, src, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
+
+
+def swiglu_quantize(h13: Tensor, offs: Tensor, spec: FusedSpec):
+    """h13 [P, 2H] -> a = silu(h1) * h3 quantized: (aq [P, H], as, atq [H, P], ats)."""
+    if _own_token_major_layout(spec):
+        return _mx_rows_and_tiles(moe_reference.swiglu_values(h13).to(h13.dtype), offs, spec)
+    return moe_kernels.swiglu_quantize(h13, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
+
+
+def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, spec: FusedSpec):
+    """-> (dq [P, 2H], ds, dtq [2H, P], dts): dh13 quantized for w13's dgrad (rows) and wgrad (token-major)."""
+    return moe_kernels.swiglu_quantize_backward(da, h13, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
+
+
+def combine(y: Tensor, pos: Tensor, weights: Tensor, spec: FusedSpec) -> Tensor:
+    """out[t] = sum_j weights[t, j] * y[pos[t*k + j]] (fp32, slot order, deterministic), y's dtype."""
+    return moe_kernels.combine(y, pos, weights.float(), backend=_moe_backend(spec))
+
+
+def combine_backward(dout, y, pos, weights, src, offs, spec: FusedSpec):
+    """-> (dyq [P, D], dys, dytq [D, P], dyts, dweights [N, k] fp32)."""
+    return moe_kernels.combine_backward(dout, y, pos, weights.float(), src, offs, spec.recipe, spec.align,
+                                        backend=_moe_backend(spec))
+
+
+# ------------------------------------------------------------------------------------------ GEMMs
+def _masked_grouped_matmul(a: Tensor, b: Tensor, offs: Tensor) -> Tensor:
+    """out[r] = a[r] @ b[group(r)] (a [P, R], b [E, R, C]) by one dense matmul per expert over all rows, kept
+    where the row belongs to it: no host sync (torch.compile fullgraph), any device. For the emulated twin."""
+    group = _row_group(offs, a.shape[0]).unsqueeze(1)
+    out = a.new_zeros(a.shape[0], b.shape[2])
+    for e in range(b.shape[0]):
+        mine = group == e
+        out = torch.where(mine, torch.where(mine, a, 0) @ b[e], out)
+    return out
+
+
+def _masked_grouped_wgrad(dt: Tensor, at: Tensor, offs: Tensor) -> Tensor:
+    """dW[e] = dt[:, rows of e] @ at[:, rows of e]^T (dt [N, P], at [K, P]) -> [E, N, K], sync-free."""
+    group = _row_group(offs, dt.shape[1])
+    return torch.stack([torch.where(group == e, dt, 0) @ at.t() for e in range(offs.shape[0])])
+
+
+_EMU = torch.float64  # emulated GEMMs: exact products of the decoded float8 values, one rounding at the end
+
+
+def _rw_decode(q: Tensor, scale: Tensor) -> Tensor:
+    """fp8_rowwise data [.., R, C] with one quantization scale per row [.., R]: value = data / scale."""
+    return q.to(_EMU) / scale.to(_EMU).unsqueeze(-1)
+
+
+def _f8_fprop(xq, xs, wq, ws, offs, spec: FusedSpec, out_dtype):
+    """out[r] = x[r] @ w[e]^T; xq [P, K], wq [E, N, K] (contract 1's fwd operand)."""
+    if spec.recipe == "fp8_rowwise":
+        if spec.emulated:
+            return _masked_grouped_matmul(_rw_decode(xq, xs), _rw_decode(wq, ws).transpose(1, 2),
+                                          offs).to(out_dtype)
+        return torch._scaled_grouped_mm(xq, wq.transpose(-2, -1), xs.reciprocal(), ws.reciprocal(), offs=offs,
+                                        out_dtype=torch.bfloat16, use_fast_accum=True).to(out_dtype)
+    g = spec.g
+    if spec.emulated:
+        x = from_mxfp8(xq, xs, dim=-1, dtype=_EMU)
+        w = from_mxfp8(wq, ws, dim=-1, dtype=_EMU)
+        return _masked_grouped_matmul(x, w.transpose(1, 2), offs).to(out_dtype)
+    return mxfp8_grouped_mm_fprop(xq, xs, wq, ws, offs, out_dtype, block=g.block, w_tile=g.weight_tile,
+                                  validate=False, **_gemm_backend(spec))
+
+
+def _f8_dgrad(dq, ds, wtq, wts, offs, spec: FusedSpec, out_dtype):
+    """dx[r] = dout[r] @ w[e]; dq [P, N], wtq [E, K, N] (contract 1's bwd operand: w^T) with its scale."""
+    if spec.recipe == "fp8_rowwise":  # w^T's rows are dgrad's output columns: the fprop call on (dout, w^T)
+        return _f8_fprop(dq, ds, wtq, wts, offs, spec, out_dtype)
+    g = spec.g
+    wn, wns = wtq.transpose(1, 2), wts  # [E, N, K] view, scale [E, N/32, K]
+    if spec.emulated:
+        d = from_mxfp8(dq, ds, dim=-1, dtype=_EMU)
+        w = from_mxfp8(wn, wns, dim=-2, dtype=_EMU)  # [E, N, K]
+        return _masked_grouped_matmul(d, w, offs).to(out_dtype)
+    return mxfp8_grouped_mm_dgrad(dq, ds, wn, wns, offs, out_dtype, block=g.block, w_tile=g.weight_tile,
+                                  validate=False, **_gemm_backend(spec))
+
+
+def _f8_wgrad(dtq, dts, atq, ats, offs, spec: FusedSpec, out_dtype):
+    """dW[e] = dout[rows of e]^T @ a[rows of e] from token-major copies dtq [N, P], atq [K, P] -> [E, N, K]."""
+    if spec.recipe == "fp8_rowwise":  # scales [E, C]: one per (group, feature)
+        if spec.emulated:
+            group = _row_group(offs, dtq.shape[1]).clamp(max=offs.shape[0] - 1)
+            dt = dtq.to(_EMU) / dts.to(_EMU).index_select(0, group).t()
+            at = atq.to(_EMU) / ats.to(_EMU).index_select(0, group).t()
+            return _masked_grouped_wgrad(dt, at, offs).to(torch.bfloat16).to(out_dtype)
+        out = torch._scaled_grouped_mm(dtq, atq.t(), dts.reciprocal().reshape(-1), ats.reciprocal().reshape(-1),
+                                       offs=offs, out_dtype=torch.bfloat16, use_fast_accum=True)
+        return out if out_dtype == torch.bfloat16 else out.to(out_dtype)
+    g = spec.g
+    if spec.emulated:
+        dt = from_mxfp8(dtq, dts, dim=-1, dtype=_EMU)
+        at = from_mxfp8(atq, ats, dim=-1, dtype=_EMU)
+        return _masked_grouped_wgrad(dt, at, offs).to(out_dtype)
+    kernel_dtype = out_dtype if out_dtype in (torch.float32, torch.bfloat16) else torch.float32
+    # the plan pads every group to spec.align tokens: declared, so "auto" may run wgrad on CUTLASS (mx128)
+    dw = mxfp8_grouped_mm_wgrad(dtq, dts, atq, ats, offs, kernel_dtype, block=g.block, a_tile=_a_tile(spec),
+                                validate=False, token_align=spec.align, **_gemm_backend(spec))
+    return dw if kernel_dtype == out_dtype else dw.to(out_dtype)
+
+
+def _gemm_backend(spec: FusedSpec) -> dict:
+    # kernels.grouped_gemm's one switch: "auto" (it picks: CUTLASS for mx128 on sm_90 where it builds, else
+    # Gluon for mx32 on sm_90, else Triton), "triton", "cutlass", "gluon" (an error where it cannot run)
+    return {"backend": spec.backend}
+
+
+def _weight(w: Tensor, spec: FusedSpec, which: str):
+    ops = expert_weights.expert_weight_operands(w, spec.recipe, spec.granularity, which=which)
+    return (ops.fwd_data, ops.fwd_scale) if which == "fwd" else (ops.bwd_data, ops.bwd_scale)
+
+
+# ------------------------------------------------------------------------------------------ the autograd op
+class _FusedExperts(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weights, w13, w2, src, pos, offs, spec: FusedSpec):
+        xq, xs, xtq, xts = dispatch_quantize(x, src, offs, spec)
+        h13 = _f8_fprop(xq, xs, *_weight(w13, spec, "fwd"), offs, spec, x.dtype)
+        aq, as_, atq, ats = swiglu_quantize(h13, offs, spec)
+        y = _f8_fprop(aq, as_, *_weight(w2, spec, "fwd"), offs, spec, x.dtype)
+        out = combine(y, pos, weights, spec)
+        # float8 token-major copies for the wgrads, h13 for SwiGLU's backward, y for the router weights' grad
+        ctx.save_for_backward(xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs)
+        ctx.spec = spec
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs = ctx.saved_tensors
+        spec = ctx.spec
+        n, k = weights.shape
+        dout = dout.contiguous()
+        dyq, dys, dytq, dyts, dweights = combine_backward(dout, y, pos, weights, src, offs, spec)
+        dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if ctx.needs_input_grad[3] else None
+        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd"), offs, spec, dout.dtype)
+        dq, ds, dtq, dts = swiglu_quantize_backward(da, h13, offs, spec)
+        dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
+        dx = None
+        if ctx.needs_input_grad[0]:
+            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd"), offs, spec, dout.dtype)
+            # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
+            dx = dx_buf.index_select(0, pos).view(n, k, -1).sum(dim=1)
+        dweights = dweights.to(weights.dtype) if ctx.needs_input_grad[1] else None
+        return dx, dweights, dw13, dw2, None, None, None, None
+
+
+def fused_experts(x: Tensor, weights: Tensor, w13: Tensor, w2: Tensor, plan, spec: FusedSpec) -> Tensor:
+    """The whole float8 expert path: x [N, D], router weights [N, k], plan (DispatchPlan with groups padded
+    to spec.align) -> out [N, D] = sum_j weights[t, j] * expert_{e(t, j)}(x[t]). fwd+bwd, no host sync."""
+    if x.dim() != 2 or w13.dim() != 3 or w2.dim() != 3 or w13.shape[2] != x.shape[1] \
+            or w2.shape[1] != x.shape[1] or w13.shape[1] != 2 * w2.shape[2]:
+        raise ValueError(f"fused_experts: expected x [N, D], w13 [E, 2H, D], w2 [E, D, H]; got x {tuple(x.shape)}, "
+                         f"w13 {tuple(w13.shape)}, w2 {tuple(w2.shape)}")
+    P = plan.src.shape[0]
+    if P % spec.align:
+        raise ValueError(f"fused_experts: the dispatch plan has {P} rows, not a multiple of {spec.align}: set the "
+                         f"MoE's token_group_align to {spec.align} for moe recipe {spec.recipe!r}")
+    if weights.shape[0] != x.shape[0] or plan.pos.shape[0] != weights.numel():
+        raise ValueError(f"fused_experts: router weights {tuple(weights.shape)} and plan.pos "
+                         f"{tuple(plan.pos.shape)} do not match x {tuple(x.shape)}")
+    return _FusedExperts.apply(x, weights, w13, w2, plan.src, plan.pos, plan.offs, spec)
+
+
+class Float8GroupedExperts(GroupedExperts):
+    """GroupedExperts (same parameters w13 [E, 2H, D], w2 [E, D, H]) whose `routed` is the fused float8 path.
+
+    moe_recipe "fp8_rowwise" | "mxfp8" (granularity mx128 / mx32 / mx32_plain); backend "auto" (CUDA: the
+    fast path; elsewhere the emulated twin), "emulated", or for mxfp8 a kernels.grouped_gemm backend name.
+    The owning MoE must pad token groups to `token_group_align` (16 for fp8_rowwise, the mxfp8 block).
+    act_backend "reference" runs kernels.moe's plain PyTorch ops instead of its Triton kernels (benchmarks).
+    """
+
+    def __init__(self, dim: int, hidden_dim: int, num_experts: int, moe_recipe: str = "mxfp8",
+                 granularity: str | None = None, backend: str = "auto", act_backend: str = "auto"):
+        super().__init__(dim, hidden_dim, num_experts)
+        self._configure(moe_recipe, granularity, backend, act_backend)
+
+    def _configure(self, moe_recipe, granularity, backend, act_backend="auto"):
+        if moe_recipe == "mxfp8":
+            granularity = granularity or DEFAULT_GRANULARITY
+            bad = [f"{n} {tuple(getattr(self, n).shape)}" for n in ("w13", "w2")
+                   if any(d % 32 for d in getattr(self, n).shape[1:])]
+            if bad:
+                raise ValueError(f"Float8GroupedExperts: moe_recipe 'mxfp8' needs out/in dims that are multiples of "
+                                 f"32: {', '.join(bad)}")
+        elif moe_recipe == "fp8_rowwise":
+            bad = [f"{n} {tuple(getattr(self, n).shape)}" for n in ("w13", "w2")
+                   if any(d % 16 for d in getattr(self, n).shape[1:])]
+            if bad:
+                raise ValueError(f"Float8GroupedExperts: moe_recipe 'fp8_rowwise' needs out/in dims that are "
+                                 f"multiples of 16: {', '.join(bad)}")
+        spec = make_fused_spec(moe_recipe, granularity, backend, "cpu", act_backend)  # validates the names
+        self.moe_recipe, self.granularity = moe_recipe, granularity
+        self.backend, self.act_backend = backend, act_backend
+        self.token_group_align = spec.align
+
+    @classmethod
+    def from_grouped_experts(cls, experts: GroupedExperts, config) -> "Float8GroupedExperts":
+        """A Float8GroupedExperts holding `experts`' parameters (the same Parameter objects). `config` is a
+        Float8Config with moe_recipe_name / moe_granularity (and emulate: the emulated twin)."""
+        recipe = getattr(config, "moe_recipe_name", None)
+        if recipe in (None, "none"):
+            raise ValueError(f"Float8GroupedExperts.from_grouped_experts: config.moe_recipe_name={recipe!r}; "
+                             f"set it to one of {', '.join(MOE_RECIPES)}")
+        gran = getattr(config, "moe_granularity", None) if recipe == "mxfp8" else None
+        backend = "emulated" if getattr(config, "emulate", False) else "auto"
+        with torch.device("meta"):
+            new = cls(experts.dim, experts.hidden_dim, experts.num_experts, "mxfp8" if recipe == "mxfp8" else
+                      "fp8_rowwise")
+        new.w13, new.w2 = experts.w13, experts.w2
+        new._configure(recipe, gran, backend)
+        return new
+
+    def spec(self, device) -> FusedSpec:
+        return make_fused_spec(self.moe_recipe, self.granularity, self.backend, device, self.act_backend)
+
+    def forward(self, x_sorted: Tensor, offs: Tensor) -> Tensor:
+        """Tokens already in expert order (groups padded to token_group_align, offs[-1] == rows): the fused
+        path with the identity plan and unit weights."""
+        from titan_fp8.models.moe import DispatchPlan
+        rows = torch.arange(x_sorted.shape[0], device=x_sorted.device)
+        plan = DispatchPlan(rows, rows, offs, offs)
+        ones = torch.ones(x_sorted.shape[0], 1, device=x_sorted.device, dtype=torch.float32)
+        return fused_experts(x_sorted, ones, self.w13, self.w2, plan, self.spec(x_sorted.device))
+
+    def routed(self, x: Tensor, weights: Tensor, plan) -> Tensor:
+        with record_function("moe.experts_fused"):
+            return fused_experts(x, weights, self.w13, self.w2, plan, self.spec(x.device))

@@ -59,20 +59,10 @@ from .scaling import (
     quantize_128x128,
     tensorwise_scale,
 )
+from .weights import Float8TrainingWeight, linear_mm_config, unwrap_weight  # noqa: F401 (linear_mm_config: API)
 
 if GemmInputRole is not None:
     INPUT, WEIGHT, GRAD = GemmInputRole.INPUT, GemmInputRole.WEIGHT, GemmInputRole.GRAD_OUTPUT
-
-
-def linear_mm_config(emulate: bool):
-    if LinearMMConfig is None:
-        return None
-    # fast accumulation in the forward GEMM only (torchao's default: gradients keep full accumulation)
-    return LinearMMConfig(
-        ScaledMMConfig(emulate, True, False, False),
-        ScaledMMConfig(emulate, False, False, False),
-        ScaledMMConfig(emulate, False, False, False),
-    )
 
 
 def _cast(t, scale, dtype, cfg, role, axiswise_dim=None):
@@ -362,7 +352,6 @@ def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg=No
 def _plain_weight_in_state_dict(module, state_dict, prefix, local_metadata):
     """Checkpoints hold the plain high-precision weight (sharing storage, so DCP loads in place): no
     subclass ever reaches a checkpoint file, and a float8 checkpoint loads into a bf16 model and back."""
-    from .weights import unwrap_weight
     key = prefix + "weight"
     if key in state_dict:
         state_dict[key] = unwrap_weight(state_dict[key])
@@ -390,7 +379,6 @@ class Float8Linear(nn.Linear):
         new.float8_config = config
         new._mm_config = linear_mm_config(config.emulate)
         if config.enable_fsdp_float8_all_gather:
-            from .weights import Float8TrainingWeight
             new.weight = nn.Parameter(Float8TrainingWeight(mod.weight.data, config),
                                       requires_grad=mod.weight.requires_grad)
             new._register_state_dict_hook(_plain_weight_in_state_dict)

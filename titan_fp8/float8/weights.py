@@ -27,15 +27,17 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import torch
+import torch.distributed as dist
+import torch.nn as nn
 import torch.utils._pytree as pytree
 from torch._prims_common import suggest_memory_format
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .config import E4M3, Float8Config
-from .scaling import mx_dequantize, mx_quantize_weight, to_float8_fused
+from .scaling import amax_to_scale, mx_dequantize, mx_quantize_weight, to_float8_fused
 
 aten = torch.ops.aten
 
@@ -89,12 +91,34 @@ def _mesh_group(mesh):
     return mesh.get_group()
 
 
+def linear_mm_config(emulate: bool):
+    """torchao's LinearMMConfig for the tensorwise / rowwise GEMMs (None without torchao): fast accumulation in
+    the forward GEMM only (torchao's default: gradients keep full accumulation)."""
+    try:
+        from torchao.float8.float8_training_tensor import LinearMMConfig, ScaledMMConfig
+    except ImportError:
+        return None
+    return LinearMMConfig(
+        ScaledMMConfig(emulate, True, False, False),
+        ScaledMMConfig(emulate, False, False, False),
+        ScaledMMConfig(emulate, False, False, False),
+    )
+
+
+def warn_stale_precompute(config: Float8Config) -> None:
+    if config.precompute_float8_dynamic_scale_for_fsdp and not _warned_stale[0]:
+        _warned_stale[0] = True
+        warnings.warn("float8: no valid precomputed scale for a weight (call "
+                      "precompute_float8_dynamic_scale_for_fsdp(model) after parallelize and after every "
+                      "optimizer step); computing every weight's scale now, in the all-gather path")
+
+
 class Float8TrainingWeight(torch.Tensor):
     """Wrapper subclass around the high-precision weight (`_tensor`); every op but the ones FSDP2 needs to
     shard it sees the plain tensor."""
 
     @staticmethod
-    def __new__(cls, tensor: torch.Tensor, config: Float8Config):
+    def __new__(cls, tensor: torch.Tensor, config: Float8Config, *args):
         return torch.Tensor._make_wrapper_subclass(
             cls, tensor.size(), strides=tensor.stride(), storage_offset=tensor.storage_offset(),
             memory_format=suggest_memory_format(tensor), dtype=tensor.dtype, layout=tensor.layout,
@@ -109,18 +133,22 @@ class Float8TrainingWeight(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args, kwargs=None):
-        config = None
+        first = None
 
         def unwrap(t):
-            nonlocal config
-            config = config or t._config
+            nonlocal first
+            first = first if first is not None else t
             return t._tensor
 
         args, kwargs = pytree.tree_map_only(Float8TrainingWeight, unwrap, (args, kwargs or {}))
         out = func(*args, **kwargs)
         if func not in _PRESERVE:
             return out
-        return pytree.tree_map_only(torch.Tensor, lambda x: Float8TrainingWeight(x, config), out)
+        return pytree.tree_map_only(torch.Tensor, first._rewrap, out)
+
+    def _rewrap(self, tensor: torch.Tensor) -> "Float8TrainingWeight":
+        """A weight of this kind (class and settings) around `tensor` (results of the ops FSDP2 shards with)."""
+        return Float8TrainingWeight(tensor, self._config)
 
     def __tensor_flatten__(self):
         return ["_tensor"], {"config": self._config}
@@ -128,6 +156,11 @@ class Float8TrainingWeight(torch.Tensor):
     @staticmethod
     def __tensor_unflatten__(inner_tensors, meta, outer_size, outer_stride):
         return Float8TrainingWeight(inner_tensors["_tensor"], meta["config"])
+
+    def needs_amax_all_reduce(self, param: torch.Tensor) -> bool:
+        """Does this weight's scale come from the one AMAX all-reduce (compute_scales)? tensorwise: always
+        (one replicated scale; without FSDP the "all-reduce" is skipped); mxfp8 tiles are shard-local."""
+        return self._config.recipe_name == "tensorwise"
 
     # ------------------------------------------------------------------------------------------ FSDP2
     def fsdp_pre_all_gather(self, mesh, outer_size, outer_stride, module, mp_policy):
@@ -149,12 +182,7 @@ class Float8TrainingWeight(torch.Tensor):
         # all-reduce in compute_scales).
         cache = getattr(module, "_float8_scale_cache", None)
         if cache is None or not cache.valid():
-            if self._config.precompute_float8_dynamic_scale_for_fsdp and not _warned_stale[0]:
-                _warned_stale[0] = True
-                warnings.warn("float8: no valid precomputed scale for a weight (call "
-                              "precompute_float8_dynamic_scale_for_fsdp(model) after parallelize and after every "
-                              "optimizer step); computing every weight's scale now, in the all-gather path")
-            from .precompute import compute_scales, group_entries
+            warn_stale_precompute(self._config)
             compute_scales(group_entries(module))
             cache = module._float8_scale_cache
         return to_float8_fused(self._tensor, cache.scale, E4M3), cache.scale
@@ -180,8 +208,6 @@ class Float8TrainingWeight(torch.Tensor):
             return w, (w,)
         from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
 
-        from .linear import linear_mm_config
-
         (data,) = all_gather_outputs
         (scale,) = metadata
         if out is not None:
@@ -194,6 +220,93 @@ class Float8TrainingWeight(torch.Tensor):
         f8 = data.view(E4M3)
         return Float8TrainingTensor(f8, scale, param_dtype, linear_mm_config(self._config.emulate),
                                     GemmInputRole.WEIGHT), (data,)
+
+
+# ---------------------------------------------------------------------------------- the ONE AMAX all-reduce
+class AmaxEntry(NamedTuple):
+    """A float8 weight whose scale(s) come from the combined all-reduce."""
+    name: str
+    param: torch.Tensor                # the parameter (a DTensor under FSDP2)
+    local: "Float8TrainingWeight"      # its local shard
+    module: nn.Module                  # where its scale cache lives
+
+
+def module_entries(fqn: str, mod: nn.Module) -> list:
+    """AmaxEntry of every parameter of `mod` (not of its children) that needs the combined all-reduce."""
+    out = []
+    for name, p in mod.named_parameters(recurse=False):
+        local = getattr(p, "_local_tensor", p)
+        if isinstance(local, Float8TrainingWeight) and local.needs_amax_all_reduce(p):
+            out.append(AmaxEntry(f"{fqn}.{name}" if fqn else name, p, local, mod))
+    return out
+
+
+def model_entries(model: nn.Module) -> list:
+    """Every AmaxEntry of `model`, in module order (the same on every rank)."""
+    return [e for fqn, mod in model.named_modules() for e in module_entries(fqn, mod)]
+
+
+def group_entries(module: nn.Module) -> list:
+    """The entries of the model `module` was converted in (its ScaleGroup); just `module`'s if it has none
+    (a Float8Linear made with from_linear outside convert_to_float8_training)."""
+    group = getattr(module, "_float8_scale_group", None)
+    members = group.members if group is not None else [("", module)]
+    if not any(m is module for _, m in members):
+        members = [("", module)]
+    return [e for f, m in members for e in module_entries(f, m)]
+
+
+@torch.no_grad()
+def compute_scales(entries, check_finite: bool = False) -> None:
+    """ONE all-reduce(MAX) of every entry's local amax (tensorwise Linear weights: one value each; expert
+    weights whose scale groups straddle shards: one per group); each keeps its replicated result."""
+    if not entries:
+        return
+    meshes = {e.param.device_mesh for e in entries if hasattr(e.param, "device_mesh")}
+    if len(meshes) > 1:
+        raise ValueError(f"precompute_float8_dynamic_scale_for_fsdp: float8 weights live on {len(meshes)} "
+                         f"different device meshes; one all-reduce needs one mesh")
+    tensorwise = [e for e in entries if type(e.local) is Float8TrainingWeight]
+    grouped = [e for e in entries if type(e.local) is not Float8TrainingWeight]
+    shards = [e.local._tensor for e in tensorwise]
+    nonempty = [t for t in shards if t.numel() > 0]
+    norms = iter(torch._foreach_norm(nonempty, ord=float("inf")) if nonempty else [])
+    # an empty shard contributes 0 (no host->device index copy: that could stall the CPU's run-ahead)
+    pieces = [next(norms).to(torch.float32).reshape(1) if t.numel() > 0
+              else torch.zeros(1, dtype=torch.float32, device=t.device) for t in shards]
+    pieces += [e.local.local_amax(e.param) for e in grouped]
+    amax = torch.cat(pieces)
+    if meshes:
+        sharded = next(e.param for e in entries if hasattr(e.param, "device_mesh"))
+        dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=shard_group(sharded))
+    parts = amax.split([1] * len(tensorwise) + [p.numel() for p in pieces[len(tensorwise):]])
+    if check_finite:
+        names = [e.name for e, a in zip(tensorwise + grouped, parts) if not bool(torch.isfinite(a).all())]
+        if names:
+            raise ValueError(f"precompute_float8_dynamic_scale_for_fsdp: non-finite values (inf/NaN) in "
+                             f"weights {names}")
+    gen = _OPTIMIZER_GENERATION[0]
+    scales = amax_to_scale(amax[:len(tensorwise)], E4M3)
+    # one storage per scale (clone), not views at 40 storage offsets of one vector: the compiled cast in the
+    # all-gather path then sees the same tensor layout for every weight and compiles once
+    for e, scale in zip(tensorwise, scales.unbind(0)):
+        e.module._float8_scale_cache = ScaleCache(scale.clone(), gen)
+    for e, part in zip(grouped, parts[len(tensorwise):]):
+        e.local.store_global_amax(e.module, e.param, part, gen)
+
+
+def shard_group(w):
+    """The process group over which the weight is sharded (HSDP: the shard dim; replicas hold equal weights,
+    so their amax is the same and needs no reduction)."""
+    from torch.distributed.tensor import Shard
+    mesh = w.device_mesh
+    dims = [i for i, p in enumerate(w.placements) if isinstance(p, Shard)]
+    if mesh.ndim == 1:
+        return _mesh_group(mesh)
+    if len(dims) != 1:
+        raise NotImplementedError(f"precompute_float8_dynamic_scale_for_fsdp: weight placements {w.placements} on a "
+                                  f"{mesh.ndim}-D mesh; expected exactly one sharded mesh dim")
+    return mesh.get_group(dims[0])
 
 
 def unwrap_weight(t: torch.Tensor) -> torch.Tensor:

@@ -18,6 +18,7 @@ B = 2 sees what a 2-rank run with B = 1 sees. The position (global batches consu
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -54,6 +55,7 @@ def stdlib_files() -> list[str]:
     return [full for _, full in found]
 
 
+@functools.lru_cache(maxsize=1)  # the training and the validation loader share one read (seconds on 2 cores)
 def load_stdlib_tokens() -> np.ndarray:
     files = stdlib_files()
     if not files:

@@ -37,7 +37,11 @@ def detect_peak_tflops(device: torch.device) -> tuple[str, Optional[float]]:
 
 class MetricsLogger:
     def __init__(self, dump_folder: str, rank: int, device: torch.device, flops_per_token: float,
-                 tokens_per_step_per_gpu: int, enable_tensorboard: bool, log=print):
+                 tokens_per_step_per_gpu: int, enable_tensorboard: bool, log=print,
+                 resumed_at_step: Optional[int] = None):
+        """metrics.jsonl starts empty for a new run. A run resumed from the checkpoint of step N keeps the
+        records of steps <= N and appends: the steps a killed run logged after N are redone, so one file holds
+        one history, one record per step."""
         self.rank = rank
         self.device = device
         self.flops_per_token = flops_per_token
@@ -49,6 +53,7 @@ class MetricsLogger:
         self._tb = None
         if rank == 0:
             os.makedirs(dump_folder, exist_ok=True)
+            _start_file(self.path, resumed_at_step)
             if enable_tensorboard:
                 try:
                     from torch.utils.tensorboard import SummaryWriter
@@ -101,14 +106,15 @@ class MetricsLogger:
             "window_steps": steps,
         }
         if extra:
-            rec.update(extra)
+            rec.update({k: _num(v) if isinstance(v, float) else v for k, v in extra.items()})
         self.records.append(rec)
         if self.rank == 0:
             mfu_s = f"{100 * mfu:5.1f}%" if mfu is not None else "n/a"
             mem_s = f"{mem:.2f}GiB" if mem is not None else "n/a"
+            val_s = f"  val_loss {extra['val_loss']:.4f}" if extra and "val_loss" in extra else ""
             self.log(f"step {step:>5}/{total_steps}  loss {loss:8.4f}  grad_norm {grad_norm:8.4f}  lr {lr:.3e}  "
                      f"tps/gpu {tps:9.0f}  tflops/gpu {tflops:7.2f}  mfu {mfu_s}  mem {mem_s}  "
-                     f"data_wait {100 * rec['data_wait_share']:.1f}%")
+                     f"data_wait {100 * rec['data_wait_share']:.1f}%{val_s}")
             with open(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             if self._tb is not None:
@@ -141,6 +147,18 @@ class MetricsLogger:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def _start_file(path: str, resumed_at_step: Optional[int]) -> None:
+    """Empty `path` for a new run; for a resumed one keep only the records of steps <= resumed_at_step."""
+    kept = []
+    if resumed_at_step is not None and os.path.isfile(path):
+        with open(path) as f:
+            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= resumed_at_step]
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.writelines(kept)
+    os.replace(tmp, path)  # a crash here leaves the old file, never a half-written one
 
 
 def _num(x: float):

@@ -4,7 +4,8 @@ One step: take this rank's batch, forward, loss (+ the MoE auxiliary loss), back
 clip, then ONE all-reduce of [non-finite flag per rank, loss, aux loss, grad norm] read back to the host:
 the step's only host sync. It tells every rank at once whether any rank saw a non-finite loss or gradient
 norm, before the optimizer runs, and it carries the numbers the metrics need. Then the optimizer step, the
-scheduler, the router-bias update, the float8 scale precompute, metrics on log steps, checkpoints.
+scheduler, the router-bias update, the float8 scale precompute, validation every [validation] freq steps,
+metrics on log steps, checkpoints.
 """
 
 from __future__ import annotations
@@ -86,7 +87,10 @@ def build_model(cfg: JobConfig, device: torch.device, log):
         from titan_fp8.float8 import Float8Config, check_float8_all_gather, convert_to_float8_training
 
         f8 = {f.name: getattr(cfg.float8, f.name) for f in dataclasses.fields(cfg.float8) if f.name != "enable"}
-        convert_to_float8_training(model, Float8Config(**f8))
+        try:  # a model the [float8] keys cannot convert (e.g. expert dims vs moe_granularity): start-up error
+            convert_to_float8_training(model, Float8Config(**f8))
+        except ValueError as e:
+            raise ConfigError(f"{cfg.source}: [float8] {e}") from None
         if f8["enable_fsdp_float8_all_gather"]:
             # a flag that cannot be honoured is a start-up error, not a failure inside the first all-gather
             shard = cfg.parallelism.data_parallel_shard_degree
@@ -99,7 +103,12 @@ def build_model(cfg: JobConfig, device: torch.device, log):
 
 
 def evaluate(model: torch.nn.Module, loader, batches: int, device: torch.device) -> float:
-    """Mean cross-entropy over `batches` validation batches on every rank (eval mode, no grad)."""
+    """Mean cross-entropy over the first `batches` validation batches on every rank (eval mode, no grad).
+
+    Every call sees the same batches (the loader is rewound), so successive values form a curve. Nothing of
+    the training state moves: eval mode stops the router's load counting, no RNG is drawn, the training
+    loader is a different object."""
+    loader.batches_consumed = 0
     model.eval()
     total = torch.zeros((), device=device)
     with torch.no_grad():
@@ -134,6 +143,12 @@ def run(cfg: JobConfig, log=print) -> dict:
     scheduler = build_lr_scheduler(optimizer, cfg.lr_scheduler, t.steps)
     vocab_size = cfg.model_args().vocab_size
     data = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, t.seed, vocab_size)
+    val_data, val_batches = None, 0
+    if cfg.validation.enable:
+        val_data = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, t.seed, vocab_size,
+                                split="validation")
+        whole_split = max(1, val_data.split.num_windows // val_data.global_batch)
+        val_batches = cfg.validation.steps if cfg.validation.steps > 0 else whole_split
     params = [p for p in model.parameters() if p.requires_grad]
 
     # ---- resume -------------------------------------------------------------------------------------------
@@ -156,7 +171,7 @@ def run(cfg: JobConfig, log=print) -> dict:
     # ---- header -------------------------------------------------------------------------------------------
     tokens_per_step = t.local_batch_size * t.seq_len
     metrics = MetricsLogger(cfg.job.dump_folder, rank, device, info["flops_per_token"], tokens_per_step,
-                            cfg.metrics.enable_tensorboard, log=say)
+                            cfg.metrics.enable_tensorboard, log=say, resumed_at_step=start_step or None)
     say(f"titan_fp8: {world} rank(s) on {metrics.device_name}, mesh {tuple(mesh.shape)} {mesh.mesh_dim_names}, "
         f"torch {torch.__version__}, config {cfg.source}")
     say(f"model: {cfg.model.name}/{cfg.model.flavor} {info['params_total'] / 1e6:.1f}M parameters, "
@@ -164,12 +179,17 @@ def run(cfg: JobConfig, log=print) -> dict:
         f"{'bf16 params / fp32 reduce' if device.type == 'cuda' else 'fp32'}"
         f"{' + float8 ' + cfg.float8.recipe_name if cfg.float8.enable else ''}")
     say(metrics.header())
+    if val_data is not None:
+        say(f"validation: every {cfg.validation.freq} steps and at step {t.steps}, {val_batches} batch(es) of "
+            f"{t.local_batch_size}x{t.seq_len} per rank from the held-out split ({val_data.split.num_windows} "
+            "windows)")
     say("config:\n" + describe(cfg))
 
     # ---- the loop -----------------------------------------------------------------------------------------
     step = start_step
     last_saved = start_step if start_step else None
     last_skipped = False
+    val_loss = None
     # TITAN_FP8_SYNC_DEBUG=1 (GPU): from the 3rd step on, warn at every host sync other than the check above,
     # with the line that caused it; a clean run prints no "called a synchronizing CUDA operation" warning.
     sync_debug = os.environ.get("TITAN_FP8_SYNC_DEBUG") == "1" and device.type == "cuda"
@@ -214,8 +234,7 @@ def run(cfg: JobConfig, log=print) -> dict:
             say(f"{what}; step skipped ([training] skip_nonfinite_steps)")
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()  # the schedule follows the step count, skipped or not
-            metrics.emit(step, t.steps, loss_avg, gnorm, lr, extra={"skipped": True})
-            last_skipped = True
+            record = {"skipped": True}
         else:
             optimizer.step()
             scheduler.step()
@@ -230,16 +249,25 @@ def run(cfg: JobConfig, log=print) -> dict:
                 breaks = sum(counters["graph_break"].values())
                 say(f"compile: {breaks} graph break(s) in the compiled blocks after the first step"
                     + ("" if not breaks else f": {str(dict(counters['graph_break']))[:400]}"))
-            if step == start_step + 1 or step % cfg.metrics.log_freq == 0 or step == t.steps:
-                metrics.emit(step, t.steps, loss_avg, gnorm, lr, extra={"aux_loss": aux_avg})
-            last_skipped = False
+            record = {"aux_loss": aux_avg}
+        last_skipped = nonfinite
 
-            if cfg.checkpoint.enable and step % cfg.checkpoint.interval == 0:
-                t_save = time.perf_counter()
-                with allow_sync(sync_debug):
-                    say(f"checkpoint: saved {ckpt.save(step)}")
-                metrics.exclude(time.perf_counter() - t_save)  # saving is not training throughput
-                last_saved = step
+        validate = val_data is not None and (step % cfg.validation.freq == 0 or step == t.steps)
+        if validate:
+            t_val = time.perf_counter()
+            with allow_sync(sync_debug):
+                val_loss = evaluate(model, val_data, val_batches, device)
+            metrics.exclude(time.perf_counter() - t_val)  # validation is not training throughput
+            record["val_loss"] = val_loss
+        if nonfinite or validate or step == start_step + 1 or step % cfg.metrics.log_freq == 0 or step == t.steps:
+            metrics.emit(step, t.steps, loss_avg, gnorm, lr, extra=record)
+
+        if cfg.checkpoint.enable and step % cfg.checkpoint.interval == 0 and not nonfinite:
+            t_save = time.perf_counter()
+            with allow_sync(sync_debug):
+                say(f"checkpoint: saved {ckpt.save(step)}")
+            metrics.exclude(time.perf_counter() - t_save)  # saving is not training throughput
+            last_saved = step
 
         if step == faults.exit_after_step:
             os._exit(17)  # abrupt death of every rank, as if killed (tests of resume)
@@ -250,11 +278,8 @@ def run(cfg: JobConfig, log=print) -> dict:
         say(f"checkpoint: saved {ckpt.save(step)}")
 
     summary = metrics.summary(skip_first=max(1, min(10, t.steps // 5)))
-    if t.val_batches:
-        val = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, t.seed, vocab_size,
-                           split="validation")
-        summary["val_loss"] = evaluate(model, val, t.val_batches, device)
-        say(f"validation: loss {summary['val_loss']:.4f} over {t.val_batches} batch(es) per rank")
+    if val_data is not None:
+        summary["val_loss"] = val_loss  # at the last step
     summary.update({"world_size": world, "config": cfg.source, "steps": t.steps, **info,
                     "float8": cfg.float8.recipe_name if cfg.float8.enable else None})
     if rank == 0:

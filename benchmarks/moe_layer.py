@@ -1,0 +1,302 @@
+"""One MoE layer fwd+bwd, torch.compile'd, one GPU: bf16 vs torchao's fp8 rowwise MoE path vs our fused float8
+expert path (fp8_rowwise, mxfp8 mx128 / mx32). Issue 9, acceptance 2.
+
+Layer = titan_fp8.models.moe.MoE: router (fp32 gate), dispatch plan, routed experts (w13 -> SwiGLU -> w2),
+weighted combine, and the shared expert where the shape has one (bf16 nn.Linear in every variant: the comparison
+is about the routed experts). Variants of the SAME layer (deep copies, same weights, same routing):
+  bf16            GroupedExperts (torch._grouped_mm), token_group_align 1
+  torchao_fp8     torchao 0.18 prototype moe_training: quantize_(experts, Float8TrainingOpConfig(
+                  pad_token_groups_for_grouped_mm=False)) swaps w13/w2 for its weight subclass, which turns
+                  torch._grouped_mm into _to_fp8_rowwise_then_scaled_grouped_mm; groups padded to 16 by our plan
+  fp8_rowwise     Float8GroupedExperts (fused op; torch._scaled_grouped_mm)
+  mxfp8_mx128     Float8GroupedExperts, mxfp8 "mx128" (kernels.grouped_gemm)
+  mxfp8_mx32      Float8GroupedExperts, mxfp8 "mx32"
+  <ours>@ref      (optional) the same with kernels.moe's plain PyTorch ops (inductor) instead of its Triton kernels
+  <mxfp8>+triton  (optional) the mxfp8 GEMMs on a named kernels.grouped_gemm backend ("+triton", "+cutlass");
+                  plain names use "auto" (CUTLASS for mx128 on sm_90 where it builds, else Triton)
+Timing: CUDA events around each fwd+bwd step, `--iters` steps per variant per round, variants interleaved over
+`--rounds` rounds after warm-up; median over all steps. Memory: peak allocated during a step above what was
+allocated before it (parameters of every variant stay resident; their gradients are freed before each step, so
+a step's gradient buffers count). Time split: torch.profiler over `--prof-steps` steps, CUDA kernels binned by
+name (see `CATEGORIES`): gemm / quant / swiglu / dispatch_combine / other.
+
+GPU:   python benchmarks/moe_layer.py [--shapes dsv3_layer,llama_moe] [--variants ...]
+CPU:   python benchmarks/moe_layer.py --smoke     (tiny shapes, emulated float8, no torchao; checks it runs)
+Writes benchmarks/results/moe_layer-<device>-<date>.json (or --out DIR) after every variant (partial results
+survive a timeout).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as dt
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+import torch  # noqa: E402
+
+from titan_fp8.models.moe import GroupedExperts, MoE, MoEArgs  # noqa: E402
+
+SHAPES = {
+    # name: (dim, expert hidden, experts, top_k, shared hidden (0 = none), tokens)
+    "dsv3_layer": (7168, 2048, 8, 2, 0, 16384),
+    "llama_moe": (4096, 2816, 8, 2, 2816, 8192),
+    "smoke": (128, 256, 4, 2, 128, 256),
+}
+VARIANTS = ("bf16", "torchao_fp8", "fp8_rowwise", "mxfp8_mx128", "mxfp8_mx32")
+
+# kernel-name bins, first match wins (names of cuBLAS/CUTLASS/our Triton kernels and inductor's fused kernels,
+# whose names list the fused aten ops)
+CATEGORIES = [
+    ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|wgmma|_mx_grouped_mm_kernel|_mx_grouped_wgrad_kernel|"
+                        r"grouped_mm|sm90|scaled_mm|cublas|Kernel2", re.I)),
+    ("swiglu", re.compile(r"silu|sigmoid", re.I)),
+    ("quant", re.compile(r"amax|fp8|float8|mxfp8|rowcol|scale|clamp|_to_copy_abs|e4m3|quant|jagged|colwise|rowwise",
+                         re.I)),
+    ("dispatch_combine", re.compile(r"index|gather|scatter|sort|searchsorted|cumsum|cat|embedding|topk|softmax|"
+                                    r"arange|radix", re.I)),
+]
+
+
+def classify(name: str) -> str:
+    for cat, rx in CATEGORIES:
+        if rx.search(name):
+            return cat
+    return "other"
+
+
+class _Cfg:  # what Float8GroupedExperts.from_grouped_experts reads of a Float8Config
+    def __init__(self, recipe, granularity, emulate):
+        self.moe_recipe_name, self.moe_granularity, self.emulate = recipe, granularity, emulate
+
+
+def gemm_backend_may_use_cutlass(backend: str) -> bool:
+    return backend in ("auto", "cutlass")
+
+
+def build_variant(base: MoE, name: str, emulate: bool) -> MoE:
+    moe = copy.deepcopy(base)
+    if name == "bf16":
+        return moe
+    if name == "torchao_fp8":
+        from torchao.prototype.moe_training.config import Float8TrainingOpConfig
+        from torchao.quantization import quantize_
+        quantize_(moe.experts, Float8TrainingOpConfig(pad_token_groups_for_grouped_mm=False),
+                  filter_fn=lambda m, fqn: isinstance(m, GroupedExperts))
+        # the subclass intercepts torch._grouped_mm (our grouped_mm's alignment checks read data_ptr, which the
+        # wrapper subclass does not have, so the experts call torch._grouped_mm directly, as torchtitan does)
+        moe.experts.mm = lambda x, w, offs: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+        moe.token_group_align = 16  # its fp8 wgrad needs groups in multiples of 16
+        return moe
+    from titan_fp8.float8.experts import Float8GroupedExperts
+    name, _, gemm = name.partition("+")  # "<variant>+triton" / "+cutlass": the mxfp8 GEMM backend by name
+    base_name, _, act = name.partition("@")  # "<variant>@ref": kernels.moe's torch-op references (inductor)
+    recipe, gran = {"fp8_rowwise": ("fp8_rowwise", None), "mxfp8_mx128": ("mxfp8", "mx128"),
+                    "mxfp8_mx32": ("mxfp8", "mx32"), "mxfp8_mx32_plain": ("mxfp8", "mx32_plain")}[base_name]
+    moe.experts = Float8GroupedExperts.from_grouped_experts(moe.experts, _Cfg(recipe, gran, emulate))
+    if act == "ref":
+        moe.experts.act_backend = "reference"
+    elif act:
+        raise ValueError(f"variant {name!r}: unknown suffix @{act}; allowed: @ref")
+    if gemm:
+        moe.experts.backend = gemm
+    if recipe == "mxfp8" and not emulate and gemm_backend_may_use_cutlass(moe.experts.backend):
+        # build (or load) the CUTLASS extension before torch.compile traces the op's backend choice
+        from kernels.grouped_gemm import cutlass_backend
+        try:
+            cutlass_backend.load()
+            moe.gemm_note = f"mxfp8 GEMM backend {moe.experts.backend!r}; CUTLASS extension loaded"
+        except cutlass_backend.CutlassUnavailable as e:
+            moe.gemm_note = f"mxfp8 GEMM backend {moe.experts.backend!r}; CUTLASS unavailable: {e}"[:300]
+        print(moe.gemm_note, flush=True)
+    moe.token_group_align = moe.experts.token_group_align
+    return moe
+
+
+def cuda_step_times(step, iters):
+    times = []
+    for _ in range(iters):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        step()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return times
+
+
+def kernel_split(step, steps):
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    split, top = {}, {}
+    for ev in prof.key_averages():
+        if ev.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        t = ev.device_time_total / 1e3 / steps  # ms per step
+        if t <= 0:
+            continue
+        cat = classify(ev.key)
+        split[cat] = split.get(cat, 0.0) + t
+        top[ev.key[:90]] = (cat, t)
+    top = sorted(top.items(), key=lambda kv: -kv[1][1])[:12]
+    return ({k: round(v, 3) for k, v in sorted(split.items())},
+            [{"kernel": k, "cat": c, "ms": round(t, 3)} for k, (c, t) in top])
+
+
+def versions():
+    v = {"torch": torch.__version__, "python": platform.python_version()}
+    for mod in ("triton", "torchao"):
+        try:
+            v[mod] = __import__(mod).__version__
+        except Exception as e:  # not installed: say so
+            v[mod] = f"unavailable ({type(e).__name__})"
+    return v
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default="dsv3_layer,llama_moe")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prof-steps", type=int, default=2)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, emulated float8, no torchao")
+    ap.add_argument("--deadline-s", type=float, default=0,
+                    help="stop building variants / timing rounds once this many seconds have passed (0: never)")
+    ap.add_argument("--out", default=None, help="folder for the JSON (default benchmarks/results)")
+    args = ap.parse_args()
+
+    # every variant and shape compiles MoE.forward anew (new module, new shapes): lift dynamo's recompile limit,
+    # which otherwise silently runs the later variants eagerly
+    torch._dynamo.config.recompile_limit = 64
+    torch._dynamo.config.accumulated_recompile_limit = 512
+    cuda = torch.cuda.is_available() and not args.smoke
+    device = torch.device("cuda" if cuda else "cpu")
+    shapes = ["smoke"] if args.smoke else args.shapes.split(",")
+    variants = [v for v in args.variants.split(",") if not (args.smoke and v == "torchao_fp8")]
+    dev_name = torch.cuda.get_device_name() if cuda else "cpu"
+    out_dir = args.out or os.path.join(ROOT, "benchmarks", "results")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, f"moe_layer-{re.sub(r'[^A-Za-z0-9]+', '_', dev_name)}-{dt.date.today()}.json")
+    report = {"device": dev_name, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+              "versions": versions(), "command": " ".join([os.path.basename(sys.executable)] + sys.argv),
+              "settings": vars(args), "results": []}
+
+    def save():
+        with open(path, "w") as f:
+            json.dump(report, f, indent=1)
+
+    t_start = time.time()
+
+    def late():
+        return args.deadline_s and time.time() - t_start > args.deadline_s
+
+    for shape in shapes:
+        if late():
+            report["results"].append({"shape": shape, "error": "skipped: --deadline-s reached"})
+            break
+        dim, hid, E, k, shared, T = SHAPES[shape]
+        torch.manual_seed(0)
+        margs = MoEArgs(num_experts=E, top_k=k, hidden_dim=hid, load_balance="none",
+                        num_shared_experts=1 if shared else 0, shared_hidden_dim=shared)
+        with torch.device(device):
+            base = MoE(dim, margs)
+            base.init_weights(0.02)
+        base = base.to(torch.bfloat16)
+        x = torch.randn(1, T, dim, device=device, dtype=torch.bfloat16)
+        dout = torch.randn(1, T, dim, device=device, dtype=torch.bfloat16)
+        runs = {}
+        for name in variants:
+            t0 = time.time()
+            if late():
+                report["results"].append({"shape": shape, "variant": name, "error": "skipped: --deadline-s reached"})
+                continue
+            try:
+                moe = build_variant(base, name, emulate=not cuda)
+                fwd = moe if args.no_compile else torch.compile(moe)
+                xi = x.clone().requires_grad_()
+
+                def step(moe=moe, fwd=fwd, xi=xi):
+                    for p in moe.parameters():
+                        p.grad = None
+                    xi.grad = None
+                    fwd(xi).backward(dout)
+
+                for _ in range(args.warmup if cuda else 1):
+                    step()
+                if cuda:
+                    for p in moe.parameters():
+                        p.grad = None
+                    xi.grad = None
+                    torch.cuda.synchronize()
+                    mem_before = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                    step()
+                    torch.cuda.synchronize()
+                    peak = (torch.cuda.max_memory_allocated() - mem_before) / 2**30
+                    split, top = kernel_split(step, args.prof_steps)
+                else:
+                    peak, split, top = None, {}, []
+                runs[name] = dict(step=step, times=[], peak=peak, split=split, top=top,
+                                  setup_s=round(time.time() - t0, 1), note=getattr(moe, "gemm_note", None))
+                print(f"[{shape}] {name}: ready in {time.time() - t0:.0f} s", flush=True)
+            except Exception as e:  # a variant that cannot run is reported, the others still run
+                report["results"].append({"shape": shape, "variant": name, "error": f"{type(e).__name__}: {e}"[:600]})
+                print(f"[{shape}] {name}: ERROR {type(e).__name__}: {str(e)[:300]}", flush=True)
+                save()
+        for rnd in range(args.rounds if cuda else 1):
+            if rnd and late():
+                break
+            for name, r in runs.items():
+                if cuda:
+                    r["times"] += cuda_step_times(r["step"], args.iters)
+                else:
+                    t0 = time.perf_counter()
+                    r["step"]()
+                    r["times"].append((time.perf_counter() - t0) * 1e3)
+        base_ms = statistics.median(runs["bf16"]["times"]) if "bf16" in runs else None
+        ao_ms = statistics.median(runs["torchao_fp8"]["times"]) if "torchao_fp8" in runs else None
+        for name, r in runs.items():
+            ms = statistics.median(r["times"])
+            report["results"].append({
+                "shape": shape, "variant": name, "tokens": T, "dim": dim, "hidden": hid, "experts": E, "top_k": k,
+                "shared_hidden": shared, "ms": round(ms, 3), "ms_min": round(min(r["times"]), 3),
+                "steps_timed": len(r["times"]),
+                "vs_bf16": round(base_ms / ms, 3) if base_ms else None,
+                "vs_torchao_fp8": round(ao_ms / ms, 3) if ao_ms else None,
+                "peak_step_gib": round(r["peak"], 3) if r["peak"] is not None else None,
+                "split_ms": r["split"], "top_kernels": r["top"], "setup_s": r["setup_s"], "note": r["note"]})
+        save()
+        del runs
+        if cuda:
+            torch.cuda.empty_cache()
+
+    print(f"\n{'shape':<11} {'variant':<12} {'ms':>8} {'x bf16':>7} {'x ao':>6} {'peak GiB':>8}  split ms "
+          f"(gemm/quant/swiglu/disp+comb/other)")
+    for r in report["results"]:
+        if "error" in r:
+            print(f"{r['shape']:<11} {r.get('variant', '-'):<12} ERROR {r['error'][:80]}")
+            continue
+        s = r["split_ms"]
+        split = "/".join(f"{s.get(c, 0):.2f}" for c in ("gemm", "quant", "swiglu", "dispatch_combine", "other"))
+        print(f"{r['shape']:<11} {r['variant']:<12} {r['ms']:>8.3f} {r['vs_bf16'] or 0:>7.3f} "
+              f"{r['vs_torchao_fp8'] or 0:>6.3f} {r['peak_step_gib'] or 0:>8.3f}  {split}")
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,351 @@
+"""MXFP8 grouped GEMM backends (Triton mx128 / mx32, CUTLASS mx128) beside bf16 torch._grouped_mm, torch's fp8
+rowwise grouped GEMM, cuBLAS dense blockwise and torchao's fp8 rowwise grouped op, all in ONE run.
+
+  PYTHONUNBUFFERED=1 python benchmarks/mxfp8_grouped_gemm_backends.py [--shapes dsv3_up,dsv3_down,llama_up]
+      [--routings even,skewed] [--no-op] [--rep 100]
+
+E = 8 experts, 8192 tokens per expert (M = 65536), (K, N) in {(7168, 2048), (2048, 7168), (4096, 2816)}; routing
+"even" and "skewed" (one expert 4x the mean, one empty, the other six uneven; every group a multiple of 128 tokens,
+as the MoE pads them under mx128 (token_group_align = 128), which the CUTLASS wgrad needs).
+
+Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16 and fp8 rowwise of this run):
+  bf16              torch._grouped_mm
+  fp8_rowwise       torch._scaled_grouped_mm (unit scales; speed does not depend on them)
+  cublas_blockwise  per-expert torch.nn.functional.scaled_mm, 1x128 x 128x128 (fprop/dgrad), 1x128 x 1x128 (wgrad)
+                    -- dense cuBLAS at the same sizes, one launch per expert
+  mx128_triton / mx32_triton   kernels.grouped_gemm with backend="triton"
+  mx128_cutlass_coop / _pp     backend="cutlass", schedule cooperative (128x128 tiles) / pingpong (64x128)
+Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantization, eager:
+  bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
+  pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass_{coop,pp} (token_align=128),
+  op_mx32_triton
+  (titan_fp8.float8.experts.mxfp8_grouped_mm). FLOPs: 3 GEMMs.
+Timing: triton.testing.do_bench median (kernels: two rotating input sets, each far larger than L2).
+Check: CUTLASS output vs Triton output of the same operands (norm-wise rel.; both vs float64 are in the GPU tests).
+Writes benchmarks/results/mxfp8_grouped_gemm_backends-<device>-<date>.json (or under $OUT when set).
+"""
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import sys
+import time
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from kernels.grouped_gemm import (  # noqa: E402
+    mxfp8_grouped_mm_dgrad,
+    mxfp8_grouped_mm_fprop,
+    mxfp8_grouped_mm_wgrad,
+)
+from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
+
+SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
+E, TPE = 8, 8192
+F8 = torch.float8_e4m3fn
+# name: (block, weight tile, x^T tile for wgrad, backend, CUTLASS schedule)
+OURS = {"mx128_triton": (128, 128, 128, "triton", None), "mx32_triton": (32, 128, 128, "triton", None),
+        "mx128_cutlass_coop": (128, 128, 128, "cutlass", "cooperative"),
+        "mx128_cutlass_pp": (128, 128, 128, "cutlass", "pingpong")}
+SCHED_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
+
+
+def with_schedule(fn, sched):
+    """fn with the CUTLASS schedule override set for the call (read per call by cutlass_backend)."""
+    if sched is None:
+        return fn
+
+    def run(*a, **k):
+        os.environ[SCHED_ENV] = sched
+        try:
+            return fn(*a, **k)
+        finally:
+            os.environ.pop(SCHED_ENV, None)
+    return run
+REP = 100
+
+
+def routings(M):
+    q = 128
+    rest = M - 4 * TPE
+    six = [(rest // 6) // q * q + (1 if i % 2 else -1) * q * (i + 1) for i in range(6)]
+    six[-1] += rest - sum(six)
+    return {"even": [TPE] * E, "skewed": [4 * TPE, 0] + six}
+
+
+def bench(fns):
+    from triton.testing import do_bench
+    state = {"i": 0}
+
+    def step():
+        state["i"] ^= 1
+        return fns[state["i"]]()
+    return do_bench(step, warmup=25, rep=REP, return_mode="median")
+
+
+def rel(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def load_module(name, relpath):
+    """A module of this repo loaded from its file (titan_fp8's package __init__ needs torchao)."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        if "torchao" not in str(e):
+            raise
+    spec = importlib.util.spec_from_file_location("_bench_" + name.replace(".", "_"), os.path.join(ROOT, relpath))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def cublas_blockwise_calls(a_list, b_list, b_is_tile):
+    """Per-expert F.scaled_mm calls on pre-laid-out operands (unit scales); a_list[e] [m, K], b_list[e] [n, K]."""
+    import torch.nn.functional as F
+    from torch.nn.functional import ScalingType
+    calls = []
+    for a, b in zip(a_list, b_list):
+        if a.numel() == 0:  # an empty expert
+            continue
+        m, k = a.shape
+        n = b.shape[0]
+        sa = torch.ones(k // 128, m, device=a.device).t()  # [m, K/128], strides (1, m)
+        if b_is_tile:
+            k4 = -(-(k // 128) // 4) * 4
+            sb = torch.ones(n // 128, k4, device=a.device).t()  # [k4, n/128] strides (1, k4)
+            rb = ScalingType.BlockWise128x128
+        else:
+            sb = torch.ones(k // 128, n, device=a.device).t()
+            rb = ScalingType.BlockWise1x128
+        bt = b.t()  # [K, n] column-major
+        calls.append((a, bt, sa, sb, rb))
+
+    def run():
+        for a, bt, sa, sb, rb in calls:
+            F.scaled_mm(a, bt, sa, ScalingType.BlockWise1x128, sb, rb, output_dtype=torch.bfloat16)
+    return run
+
+
+def main():
+    global REP
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--routings", default="even,skewed")
+    ap.add_argument("--no-op", action="store_true")
+    ap.add_argument("--no-cublas", action="store_true")
+    ap.add_argument("--rep", type=int, default=REP)
+    args = ap.parse_args()
+    REP = args.rep
+    dev = "cuda"
+    torch.manual_seed(0)
+    M = E * TPE
+    rows, t0 = [], time.time()
+    vers = {"torch": torch.__version__, "triton": __import__("triton").__version__}
+    try:
+        import torchao
+        vers["torchao"] = torchao.__version__
+    except ImportError:
+        vers["torchao"] = None
+    meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M UTC"), **vers, "command": "python " + " ".join(sys.argv), "experts": E,
+        "tokens_per_expert": TPE, "timing": f"triton.testing.do_bench median, rep={REP} ms"}
+    print(json.dumps(meta), flush=True)
+
+    def rec(**kw):
+        rows.append(kw)
+        print(json.dumps(kw), flush=True)
+
+    experts = load_module("titan_fp8.float8.experts", "titan_fp8/float8/experts.py")
+    for shape in args.shapes.split(","):
+        K, N = SHAPES[shape]
+        flops = 2 * M * N * K
+        sets = [(torch.randn(M, K, device=dev, dtype=torch.bfloat16),
+                 torch.randn(M, N, device=dev, dtype=torch.bfloat16)) for _ in range(2)]
+        w = torch.randn(E, N, K, device=dev, dtype=torch.bfloat16) * 0.02
+        for rname in args.routings.split(","):
+            sizes = routings(M)[rname]
+            offs = torch.tensor(sizes, device=dev).cumsum(0).to(torch.int32)
+            base = {}
+
+            def put(p, v, ms, **extra):
+                r = dict(shape=shape, routing=rname, pass_=p, variant=v, ms=round(ms, 4),
+                         TFLOPs=round(flops / ms / 1e9, 1), **extra)
+                for b in ("bf16", "fp8_rowwise"):
+                    if (p, b) in base and v != b:
+                        r["vs_" + b] = round(base[(p, b)] / ms, 3)
+                rec(**r)
+
+            def attempt(p, v, fn, **extra):
+                try:
+                    ms = fn()
+                    if v in ("bf16", "fp8_rowwise"):
+                        base[(p, v)] = ms
+                    put(p, v, ms, **extra)
+                except Exception as e:  # record and go on
+                    rec(shape=shape, routing=rname, pass_=p, variant=v, error=repr(e)[:400])
+
+            # ---- bf16 grouped
+            attempt("fprop", "bf16", lambda: bench([lambda s=s: torch._grouped_mm(s[0], w.transpose(-2, -1),
+                                                                                   offs=offs) for s in sets]))
+            attempt("dgrad", "bf16", lambda: bench([lambda s=s: torch._grouped_mm(s[1], w, offs=offs) for s in sets]))
+            attempt("wgrad", "bf16", lambda: bench([lambda s=s: torch._grouped_mm(s[1].t(), s[0], offs=offs)
+                                                    for s in sets]))
+            # ---- fp8 rowwise (torch._scaled_grouped_mm)
+            f8 = [(s[0].to(F8), s[1].to(F8), s[0].t().contiguous().to(F8), s[1].t().contiguous().to(F8))
+                  for s in sets]
+            w8 = w.to(F8)
+            wt8 = w.transpose(1, 2).contiguous().to(F8)
+            one = lambda n: torch.ones(n, device=dev, dtype=torch.float32)  # noqa: E731
+            attempt("fprop", "fp8_rowwise", lambda: bench([lambda q=q: torch._scaled_grouped_mm(
+                q[0], w8.transpose(-2, -1), one(M), one(E * N).view(E, N), offs=offs, out_dtype=torch.bfloat16)
+                for q in f8]))
+            attempt("dgrad", "fp8_rowwise", lambda: bench([lambda q=q: torch._scaled_grouped_mm(
+                q[1], wt8.transpose(-2, -1), one(M), one(E * K).view(E, K), offs=offs, out_dtype=torch.bfloat16)
+                for q in f8]))
+            attempt("wgrad", "fp8_rowwise", lambda: bench([lambda q=q: torch._scaled_grouped_mm(
+                q[3], q[2].t(), one(N * E), one(K * E), offs=offs, out_dtype=torch.bfloat16) for q in f8]))
+            # ---- cuBLAS dense blockwise, one call per expert
+            if not args.no_cublas:
+                bounds = [(int(a), int(b)) for a, b in zip([0] + offs.tolist()[:-1], offs.tolist())]
+                cb = {}
+                for q in f8:
+                    cb.setdefault("fprop", []).append(cublas_blockwise_calls(
+                        [q[0][s:t] for s, t in bounds], [w8[e] for e in range(E)], True))
+                    cb.setdefault("dgrad", []).append(cublas_blockwise_calls(
+                        [q[1][s:t] for s, t in bounds], [wt8[e] for e in range(E)], True))
+                    cb.setdefault("wgrad", []).append(cublas_blockwise_calls(
+                        [q[3][:, s:t].contiguous() for s, t in bounds],
+                        [q[2][:, s:t].contiguous() for s, t in bounds], False))
+                for p in ("fprop", "dgrad", "wgrad"):
+                    attempt(p, "cublas_blockwise", lambda p=p: bench(cb[p]))
+                del cb
+            del f8, w8, wt8
+            torch.cuda.empty_cache()
+            # ---- ours
+            outs = {}
+            for vname, (block, wtile, xtile, backend, sched) in OURS.items():
+                try:
+                    wq = to_mxfp8_blocked(w, -1, block, wtile)
+                    wqt = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, block, wtile)
+                    wn_data, wn_scale = wqt[0].transpose(1, 2), wqt[1].transpose(1, 2)
+                    qs = [(to_mxfp8_blocked(x, -1, block, 1), to_mxfp8_blocked(dO, -1, block, 1),
+                           to_mxfp8_blocked(dO.t(), -1, block, 1), to_mxfp8_blocked(x.t(), -1, block, xtile))
+                          for x, dO in sets]
+                except Exception as e:
+                    rec(shape=shape, routing=rname, pass_="prep", variant=vname, error=repr(e)[:400])
+                    continue
+                kw = dict(validate=False, backend=backend)
+
+                def mk(p, q):
+                    return with_schedule(mk0(p, q), sched)
+
+                def mk0(p, q):
+                    if p == "fprop":
+                        return lambda: mxfp8_grouped_mm_fprop(*q[0], *wq, offs, block=block, w_tile=wtile, **kw)
+                    if p == "dgrad":
+                        return lambda: mxfp8_grouped_mm_dgrad(*q[1], wn_data, wn_scale, offs, block=block,
+                                                              w_tile=wtile, **kw)
+                    return lambda: mxfp8_grouped_mm_wgrad(*q[2], *q[3], offs, block=block, a_tile=xtile,
+                                                          token_align=128, **kw)
+                for p in ("fprop", "dgrad", "wgrad"):
+                    extra = {}
+                    try:
+                        out = mk(p, qs[0])()
+                        torch.cuda.synchronize()
+                        if vname.startswith("mx128"):
+                            if (p, "mx128") in outs:
+                                extra["rel_vs_mx128_triton"] = float(f"{rel(out, outs[(p, 'mx128')]):.3g}")
+                            else:
+                                outs[(p, "mx128")] = out
+                        del out
+                    except Exception as e:
+                        rec(shape=shape, routing=rname, pass_=p, variant=vname, error=repr(e)[:400])
+                        continue
+                    attempt(p, vname, lambda p=p: bench([mk(p, q) for q in qs]), **extra)
+                del qs, wq, wqt
+                torch.cuda.empty_cache()
+            del outs
+            torch.cuda.empty_cache()
+            if not args.no_op:
+                op_rows(rec, experts, shape, rname, sizes, K, N)
+            write_json(meta, rows)
+        del sets, w
+        torch.cuda.empty_cache()
+    print_table(meta, rows, time.time() - t0)
+    print("wrote", write_json(meta, rows))
+
+
+def op_rows(rec, experts, shape, rname, sizes, K, N):
+    M = E * TPE
+    flops = 3 * 2 * M * N * K
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    w = (torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+    go = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    ops = {"bf16": lambda x, w, o: torch._grouped_mm(x, w.transpose(-2, -1), offs=o)}
+    try:
+        from torchao.prototype.moe_training.fp8_grouped_mm import _to_fp8_rowwise_then_scaled_grouped_mm as tao
+        ops["torchao_fp8_rowwise"] = lambda x, w, o: tao(x, w.transpose(-2, -1), o,
+                                                         pad_token_groups_for_grouped_mm=False)
+    except Exception as e:
+        rec(shape=shape, routing=rname, pass_="fwd+bwd", variant="torchao_fp8_rowwise", error=repr(e)[:300])
+    mm = experts.mxfp8_grouped_mm
+    ops["op_mx128_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx128", backend="triton")
+    for sched, tag in (("cooperative", "coop"), ("pingpong", "pp")):
+        ops[f"op_mx128_cutlass_{tag}"] = with_schedule(
+            lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), sched)
+    ops["op_mx32_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="triton")
+    base = {}
+    for name, fn in ops.items():
+        def run(fn=fn):
+            x.grad = w.grad = None
+            fn(x, w, offs).backward(go)
+        try:
+            run()
+            ms = bench([run, run])
+            base.setdefault(name, ms)
+            r = dict(shape=shape, routing=rname, pass_="fwd+bwd", variant=name, ms=round(ms, 4),
+                     TFLOPs=round(flops / ms / 1e9, 1))
+            for b in ("bf16", "torchao_fp8_rowwise"):
+                if b in base and b != name:
+                    r["vs_" + b] = round(base[b] / ms, 3)
+            rec(**r)
+        except Exception as e:
+            rec(shape=shape, routing=rname, pass_="fwd+bwd", variant=name, error=repr(e)[:400])
+    del x, w, go
+    torch.cuda.empty_cache()
+
+
+def print_table(meta, rows, secs):
+    print(f"\nMXFP8 grouped GEMM backends, {meta['device']}, torch {meta['torch']}, triton {meta['triton']}, "
+          f"torchao {meta['torchao']}, E={E}, {TPE} tokens/expert, {secs:.0f}s")
+    print(f"{'shape':10s} {'routing':7s} {'pass':7s} {'variant':20s} {'ms':>8s} {'TFLOP/s':>8s} {'vs bf16':>8s} "
+          f"{'vs fp8rw':>8s} {'vs torchao':>10s} {'rel':>8s}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:20s} ERROR {r['error'][:90]}")
+            continue
+        print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:20s} {r['ms']:8.3f} "
+              f"{r['TFLOPs']:8.1f} {r.get('vs_bf16', ''):>8} {r.get('vs_fp8_rowwise', ''):>8} "
+              f"{r.get('vs_torchao_fp8_rowwise', ''):>10} {r.get('rel_vs_mx128_triton', ''):>8}")
+
+
+def write_json(meta, rows):
+    slug = meta["device"].lower().replace("nvidia", "").strip().replace(" ", "-") or "gpu"
+    outdir = os.environ.get("OUT") or os.path.join(ROOT, "benchmarks", "results")
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, f"mxfp8_grouped_gemm_backends-{slug}-{datetime.date.today().isoformat()}.json")
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    return path
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,233 @@
+"""mx32 grouped GEMMs: the Gluon kernels (kernels/grouped_gemm/gluon_mx.py) against the Triton mx32 kernels and
+bf16 torch._grouped_mm, all in the same run, at MoE expert shapes.
+
+  PYTHONUNBUFFERED=1 python benchmarks/mxfp8_grouped_gemm_gluon.py [--shapes dsv3_up,...] [--routings even,skewed]
+      [--configs default,sync,...] [--budget-s 240]
+
+mx32 = plain 1x32 E8M0 scales on activations/gradients along the reduction axis, weights in 128x128 tiles, x^T
+(wgrad) in 128-row tiles: the promotion factor is a per-row vector, applied after every 32 of the reduction.
+E = 8 experts x 8192 tokens, (K, N) as in benchmarks/mxfp8_grouped_gemm.py. Kernel time only (quantization
+excluded), triton.testing.do_bench median over two rotating input sets. Each Gluon config's output is compared
+with the float64 reference (default config) or with the default config's output (the others).
+Writes mxfp8_grouped_gemm_gluon-<device>-<date>.json to $OUT or benchmarks/results/.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from mxfp8_grouped_gemm import SHAPES, E, TPE, rel, routings  # noqa: E402
+
+from kernels.grouped_gemm import (  # noqa: E402
+    grouped_mm_dgrad_reference,
+    grouped_mm_fprop_reference,
+    grouped_mm_wgrad_reference,
+    mxfp8_grouped_mm_dgrad,
+    mxfp8_grouped_mm_fprop,
+    mxfp8_grouped_mm_wgrad,
+)
+from kernels.grouped_gemm.gluon_mx import launch_nt, launch_wgrad  # noqa: E402
+from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
+
+# name: (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps); MODE 0 = wait for every wgmma (Triton's schedule),
+# 1/2 = next wgmma in flight during the promotion (fresh zeros / reused registers), U = steps per unrolled block,
+# SUBK = steps of 32 per TMA stage
+CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
+    "default": (None, None),
+    "ws2_m2": ((128, 128, 4, 8, 2, 8, 4, 4, 2), (128, 128, 4, 8, 2, 8, 4, 8, 1)),
+    "ws2_m1_u4": ((128, 128, 4, 8, 1, 4, 4, 4, 2), (128, 128, 4, 8, 1, 4, 4, 8, 1)),
+    "ws1_m1": (128, 128, 4, 8, 1, 8, 4, 8, 1),
+    "plain_m2": (128, 128, 4, 8, 2, 8, 4, 8),
+    "bm64_m2": (64, 128, 4, 8, 2, 8, 4, 4),
+    "sync": (128, 128, 4, 8, 0, 8, 4, 8),
+}
+
+
+def bench(fns, rep):
+    from triton.testing import do_bench
+    state = {"i": 0}
+
+    def step():
+        state["i"] ^= 1
+        return fns[state["i"]]()
+    return do_bench(step, warmup=10, rep=rep, return_mode="median")
+
+
+def write_json(meta, rows):
+    dev_slug = meta["device"].lower().replace("nvidia", "").strip().replace(" ", "-") or "gpu"
+    outdir = os.environ.get("OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, f"mxfp8_grouped_gemm_gluon-{dev_slug}-{datetime.date.today().isoformat()}.json")
+    with open(path, "w") as f:
+        json.dump({"meta": meta, "results": rows}, f, indent=1)
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--routings", default="even")
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
+    ap.add_argument("--op", default="", help="shapes (comma list) at which to also time the whole autograd op "
+                    "titan_fp8.float8.experts.mxfp8_grouped_mm(granularity='mx32') fwd+bwd, quantization included, "
+                    "backend triton vs gluon, against bf16 torch._grouped_mm fwd+bwd (even routing)")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    M = E * TPE
+    t0 = time.time()
+    meta = {
+        "device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
+            "%Y-%m-%d %H:%M UTC"), "torch": torch.__version__, "triton": __import__("triton").__version__,
+        "command": "python " + " ".join(sys.argv), "experts": E, "tokens_per_expert": TPE,
+        "timing": f"triton.testing.do_bench median (rep {args.rep} ms), 2 rotating input sets, kernel only",
+        "configs": {k: CONFIGS[k] for k in args.configs.split(",")},
+    }
+    print(json.dumps(meta), flush=True)
+    rows = []
+
+    def rec(**kw):
+        rows.append(kw)
+        print(json.dumps(kw), flush=True)
+
+    for shape in args.shapes.split(","):
+        if time.time() - t0 > args.budget_s:
+            rec(shape=shape, error="skipped: time budget")
+            continue
+        K, N = SHAPES[shape]
+        flops = 2 * M * N * K
+        w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+        wq = to_mxfp8_blocked(w, -1, 32, 128)                                    # [E, N, K] along K
+        wqt = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, 32, 128)      # [E, K, N] along N
+        sets = []
+        for _ in range(2):
+            x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+            dO = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+            q = (to_mxfp8_blocked(x, -1, 32, 1), to_mxfp8_blocked(dO, -1, 32, 1),
+                 to_mxfp8_blocked(dO.t(), -1, 32, 1), to_mxfp8_blocked(x.t(), -1, 32, 128))
+            sets.append((x, dO, q))
+        for rname in args.routings.split(","):
+            offs = torch.tensor(routings(M)[rname], device="cuda").cumsum(0).to(torch.int32)
+            calls = {
+                "bf16": {
+                    "fprop": lambda s: torch._grouped_mm(s[0], w.transpose(-2, -1), offs=offs),
+                    "dgrad": lambda s: torch._grouped_mm(s[1], w, offs=offs),
+                    "wgrad": lambda s: torch._grouped_mm(s[1].t(), s[0], offs=offs)},
+                "triton_mx32": {
+                    "fprop": lambda s: mxfp8_grouped_mm_fprop(*s[2][0], *wq, offs, block=32, w_tile=128,
+                                                              validate=False),
+                    "dgrad": lambda s: mxfp8_grouped_mm_dgrad(*s[2][1], wqt[0].transpose(1, 2),
+                                                              wqt[1].transpose(1, 2), offs, block=32, w_tile=128,
+                                                              validate=False),
+                    "wgrad": lambda s: mxfp8_grouped_mm_wgrad(*s[2][2], *s[2][3], offs, block=32, a_tile=128,
+                                                              validate=False)},
+            }
+            for c in args.configs.split(","):
+                cfg = CONFIGS[c]
+                ncfg, wcfg = cfg if cfg[0] is None or isinstance(cfg[0], tuple) else (cfg, cfg)
+                calls["gluon_" + c] = {
+                    "fprop": lambda s, cfg=ncfg: launch_nt(s[2][0][0], s[2][0][1], wq[0], wq[1], offs,
+                                                           torch.bfloat16, cfg),
+                    "dgrad": lambda s, cfg=ncfg: launch_nt(s[2][1][0], s[2][1][1], wqt[0], wqt[1], offs,
+                                                           torch.bfloat16, cfg),
+                    "wgrad": lambda s, cfg=wcfg: launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0], s[2][3][1], offs,
+                                                              torch.float32, cfg)}
+            q0 = sets[0][2]
+            refs = {
+                "fprop": lambda: grouped_mm_fprop_reference(*q0[0], *wq, offs, out_dtype=torch.float64),
+                "dgrad": lambda: grouped_mm_dgrad_reference(*q0[1], wqt[0].transpose(1, 2), wqt[1].transpose(1, 2),
+                                                            offs, out_dtype=torch.float64),
+                "wgrad": lambda: grouped_mm_wgrad_reference(*q0[2], *q0[3], offs, out_dtype=torch.float64),
+            }
+            for p in ("fprop", "dgrad", "wgrad"):
+                base_ms, first = None, None
+                for v, fns in calls.items():
+                    try:
+                        out = fns[p](sets[0])
+                        torch.cuda.synchronize()
+                        err = None
+                        if v == "triton_mx32" or v == "gluon_default":
+                            ref = refs[p]()
+                            err = rel(out, ref)
+                            del ref
+                        elif v.startswith("gluon_") and first is not None:
+                            err = rel(out, first)  # vs the default config's output
+                        if v.startswith("gluon_") and first is None:
+                            first = out
+                        del out
+                        ms = bench([lambda s=s: fns[p](s) for s in sets], args.rep)
+                        if v == "bf16":
+                            base_ms = ms
+                        rec(shape=shape, routing=rname, pass_=p, variant=v, ms=round(ms, 4),
+                            TFLOPs=round(flops / ms / 1e9, 1), vs_bf16=round(base_ms / ms, 3),
+                            rel_err=None if err is None else float(f"{err:.3g}"))
+                    except Exception as e:  # record and go on
+                        rec(shape=shape, routing=rname, pass_=p, variant=v, error=repr(e)[:300])
+                del first
+                torch.cuda.empty_cache()
+        del sets, w, wq, wqt
+        torch.cuda.empty_cache()
+        write_json(meta, rows)
+
+    for shape in [v for v in args.op.split(",") if v]:
+        op_section(rec, shape, args.rep)
+        write_json(meta, rows)
+
+    print(f"\nmx32 grouped GEMM (Gluon vs Triton vs bf16), {meta['device']}, torch {meta['torch']}, "
+          f"triton {meta['triton']}, E={E}, {TPE} tokens/expert, {time.time() - t0:.0f}s")
+    print(f"{'shape':10s} {'routing':7s} {'pass':6s} {'variant':16s} {'TFLOP/s':>8s} {'vs bf16':>8s} {'rel_err':>9s}")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['shape']:10s} {r.get('routing', ''):7s} {r.get('pass_', ''):6s} {r.get('variant', ''):16s} "
+                  f"ERROR {r['error'][:80]}")
+            continue
+        print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:6s} {r['variant']:16s} {r['TFLOPs']:8.1f} "
+              f"{r['vs_bf16']:8.3f} {'' if r['rel_err'] is None else r['rel_err']:>9}")
+    print("wrote", write_json(meta, rows))
+
+
+def op_section(rec, shape, rep):
+    """Whole op fwd+bwd (both quantizations of x and dO, weight quantizations, 3 GEMMs), 3 GEMMs of FLOPs."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "titan_fp8", "float8",
+                        "experts.py")  # loaded from its file: the package __init__ may need torchao
+    spec = importlib.util.spec_from_file_location("_experts_bench", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    K, N = SHAPES[shape]
+    M = E * TPE
+    flops = 3 * 2 * M * N * K
+    offs = torch.tensor(routings(M)["even"], device="cuda").cumsum(0).to(torch.int32)
+    sets = [(torch.randn(M, K, device="cuda", dtype=torch.bfloat16).requires_grad_(),
+             torch.randn(M, N, device="cuda", dtype=torch.bfloat16)) for _ in range(2)]
+    w = (torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+    fns = {"bf16": lambda x: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)}
+    for b in ("triton", "gluon"):
+        fns["op_mx32_" + b] = lambda x, b=b: mod.mxfp8_grouped_mm(x, w, offs, granularity="mx32", backend=b)
+    base = None
+    for name, fn in fns.items():
+        try:
+            def step(s, fn=fn):
+                out = fn(s[0])
+                out.backward(s[1])
+            ms = bench([lambda s=s: step(s) for s in sets], rep)
+            base = base or ms
+            rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, ms=round(ms, 4),
+                TFLOPs=round(flops / ms / 1e9, 1), vs_bf16=round(base / ms, 3), rel_err=None)
+        except Exception as e:
+            rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, error=repr(e)[:300])
+    del sets, w
+    torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,232 @@
+"""CUTLASS backend of the "mx128" MXFP8 grouped GEMMs (sm_90a), built at first use.
+
+The kernels (cutlass_sm90/) are CUTLASS 4.2's sm_90 blockwise-scaled ptr-array grouped GEMM, instantiated per
+output dtype (bf16: fprop, dgrad, wgrad; fp32: wgrad) and schedule (cooperative, pingpong): A with one scale
+per 1x128 along the reduction axis, B with one scale per 128x128 tile, promotion into fp32 every 128 of the
+reduction. Our operands are the usual MXFP8 pairs (E8M0 bytes per 1x32 block) declared block=128 and
+w_tile / a_tile = 128; small CUDA kernels turn
+offs and the E8M0 bytes into CUTLASS's per-group problem shapes, pointers and fp32 scale arrays on the device,
+so a call never syncs with the host.
+
+Contracts are those of kernels.grouped_gemm (same operands, same results up to fp32 summation order), with
+these limits, checked by `unsupported_reason` (auto falls back to Triton on them; a named "cutlass" raises):
+  reduction length (K for fprop, N for dgrad) a multiple of 128; output columns a multiple of 8 (TMA);
+  wgrad: every group starts on a multiple of 128 tokens (asserted on the device, no host sync; the MoE pads
+  groups to token_group_align = 128 under mx128), tokens % 32 == 0 as for every wgrad.
+
+Build: torch.utils.cpp_extension.load with nvcc (CUDA_HOME or nvcc on PATH) and the CUTLASS headers from
+$CUTLASS_INCLUDE_DIR or the installed `cutlass_library` package (`pip install nvidia-cutlass==4.2.0.0`); cached
+in $TITAN_FP8_CUTLASS_BUILD_DIR (default ~/.cache/titan_fp8/) keyed by a hash of the sources and headers' path.
+A missing compiler or header raises CutlassUnavailable with one line naming what is missing and how to get it.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+
+import torch
+
+SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90")
+SOURCES = ("bindings.cpp", "blockwise_grouped_bf16_coop.cu", "blockwise_grouped_f32_coop.cu",
+           "blockwise_grouped_bf16_pp.cu", "blockwise_grouped_f32_pp.cu")
+HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h")
+INSTALL_HINT = "pip install nvidia-cutlass==4.2.0.0"
+GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x128 tiles)
+# CUTLASS kernel schedule per pass (cutlass_sm90/grouped_problem.h): "cooperative" = 128x128x128 tiles, both
+# consumer warpgroups on one tile; "pingpong" = 64x128x128 tiles, warpgroups alternate so epilogues overlap
+# mainloops. Chosen from benchmarks/mxfp8_grouped_gemm_backends.py; $TITAN_FP8_CUTLASS_SCHEDULE overrides all.
+SCHEDULES = {"fprop": "cooperative", "dgrad": "cooperative", "wgrad": "cooperative"}
+_SCHED_ID = {"cooperative": 0, "pingpong": 1}
+
+
+def schedule_id(pass_: str) -> int:
+    name = os.environ.get("TITAN_FP8_CUTLASS_SCHEDULE") or SCHEDULES[pass_]
+    if name not in _SCHED_ID:
+        raise ValueError(f"CUTLASS schedule {name!r} (TITAN_FP8_CUTLASS_SCHEDULE or SCHEDULES[{pass_!r}]); "
+                         f"allowed: {', '.join(_SCHED_ID)}")
+    return _SCHED_ID[name]
+
+
+class CutlassUnavailable(RuntimeError):
+    """The CUTLASS backend cannot run here (toolchain, headers, device or a failed build)."""
+
+
+def cutlass_include_dir() -> str:
+    """Directory holding cutlass/ and cute/ headers, or CutlassUnavailable naming what is missing."""
+    env = os.environ.get("CUTLASS_INCLUDE_DIR")
+    if env:
+        path, origin = env, f"CUTLASS_INCLUDE_DIR={env}"
+    else:
+        spec = importlib.util.find_spec("cutlass_library")
+        if spec is None or spec.origin is None:
+            raise CutlassUnavailable("CUTLASS headers not found: no CUTLASS_INCLUDE_DIR and no `cutlass_library` "
+                                     f"package; install them with `{INSTALL_HINT}`")
+        path = os.path.join(os.path.dirname(spec.origin), "source", "include")
+        origin = f"the cutlass_library package ({path})"
+    if not os.path.isfile(os.path.join(path, "cutlass", "cutlass.h")) or \
+            not os.path.isfile(os.path.join(path, "cute", "tensor.hpp")):
+        raise CutlassUnavailable(f"CUTLASS headers not found: {origin} has no cutlass/cutlass.h or cute/tensor.hpp; "
+                                 f"install them with `{INSTALL_HINT}` or point CUTLASS_INCLUDE_DIR at its include/")
+    return path
+
+
+def nvcc_path() -> str:
+    """nvcc from CUDA_HOME (env, else torch's guess), or CutlassUnavailable."""
+    from torch.utils import cpp_extension
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or cpp_extension.CUDA_HOME
+    if home:
+        nvcc = os.path.join(home, "bin", "nvcc")
+        if os.path.isfile(nvcc):
+            return nvcc
+        raise CutlassUnavailable(f"nvcc not found: {nvcc} does not exist (CUDA_HOME={home}); install the CUDA "
+                                 f"toolkit (nvcc >= 12.3 for sm_90a) or set CUDA_HOME")
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise CutlassUnavailable("nvcc not found: no CUDA_HOME and no nvcc on PATH; install the CUDA toolkit "
+                                 "(nvcc >= 12.3 for sm_90a) or set CUDA_HOME")
+    return nvcc
+
+
+def _build_dir(include: str) -> str:
+    h = hashlib.sha256(include.encode())
+    for name in SOURCES + HEADERS:
+        with open(os.path.join(SRC_DIR, name), "rb") as f:
+            h.update(f.read())
+    root = os.environ.get("TITAN_FP8_CUTLASS_BUILD_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                         "titan_fp8")
+    path = os.path.join(root, f"cutlass_mx128_{h.hexdigest()[:12]}")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def _load():
+    include = cutlass_include_dir()
+    nvcc = nvcc_path()
+    if not torch.cuda.is_available():
+        raise CutlassUnavailable("CUTLASS mx128 grouped GEMM needs a CUDA device (sm_90); none is available")
+    from torch.utils import cpp_extension
+    if cpp_extension.CUDA_HOME is None:  # torch reads CUDA_HOME once at import; tell it what we found
+        cpp_extension.CUDA_HOME = os.path.dirname(os.path.dirname(nvcc))
+    cuda_flags = [
+        "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
+        # torch adds -D__CUDA_NO_*; CUTLASS's numeric types want the CUDA half/bf16 operators back
+        "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
+        "-U__CUDA_NO_HALF2_OPERATORS__", "-DNDEBUG",
+    ]
+    try:
+        return cpp_extension.load(
+            name="titan_fp8_cutlass_mx128",
+            sources=[os.path.join(SRC_DIR, s) for s in SOURCES],
+            extra_include_paths=[SRC_DIR, include],
+            extra_cflags=["-O3", "-std=c++17"],
+            extra_cuda_cflags=cuda_flags,
+            build_directory=_build_dir(include),
+            verbose=os.environ.get("TITAN_FP8_CUTLASS_VERBOSE") == "1",
+        )
+    except (RuntimeError, OSError, ImportError) as e:
+        raise CutlassUnavailable(f"building the CUTLASS mx128 grouped GEMM failed ({type(e).__name__}): {e}") from e
+
+
+_LOADED: dict = {}
+
+
+def load():
+    """The compiled extension (built on first call, cached); CutlassUnavailable if it cannot be (the failure is
+    cached too, so "auto" does not retry a failed build on every call)."""
+    key = (os.environ.get("CUTLASS_INCLUDE_DIR"), os.environ.get("CUDA_HOME"))
+    if key not in _LOADED:
+        try:
+            _LOADED[key] = _load()
+        except CutlassUnavailable as e:
+            _LOADED[key] = e
+    got = _LOADED[key]
+    if isinstance(got, CutlassUnavailable):
+        raise got
+    return got
+
+
+def device_reason(t: torch.Tensor) -> str | None:
+    """Why the CUTLASS kernels cannot run on t's device, or None."""
+    if not t.is_cuda:
+        return f"tensors are on {t.device}, the CUTLASS kernels need a CUDA device"
+    cap = torch.cuda.get_device_capability(t.device)
+    if cap != (9, 0):
+        return f"device capability {cap}; the CUTLASS blockwise kernels are built for sm_90a (Hopper) only"
+    return None
+
+
+def unsupported_reason(pass_: str, block: int, tile: int, reduction: int, out_cols: int, out_dtype) -> str | None:
+    """Why these operands do not fit the CUTLASS mx128 kernels (a short phrase), or None."""
+    if block != GRAN or tile != GRAN:
+        tname = "a_tile" if pass_ == "wgrad" else "w_tile"
+        return f"block={block}, {tname}={tile}; the CUTLASS kernels serve block=128 with {tname}=128 only"
+    if pass_ != "wgrad" and reduction % GRAN:
+        return f"reduction length {reduction} is not a multiple of 128"
+    if out_cols % 8:
+        return f"output columns {out_cols} not a multiple of 8 (TMA rows need 16-byte alignment)"
+    want = (torch.float32, torch.bfloat16) if pass_ == "wgrad" else (torch.bfloat16,)
+    if out_dtype not in want:
+        return f"out_dtype={out_dtype}; the CUTLASS {pass_} is built for {' / '.join(map(str, want))} only"
+    return None
+
+
+# ------------------------------------------------------------------------------------------ custom ops
+@torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_cutlass", mutates_args=())
+def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
+            schedule: int) -> torch.Tensor:
+    """out[g] = A[g] @ B[e]^T; a [M, R], sa [M, R/32] (any strides), b [E, C, R] (R contiguous), sb [E, C, R/32]."""
+    out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
+    if out.numel() == 0:
+        return out
+    if a.shape[1] == 0 or offs.numel() == 0:
+        return out.zero_()
+    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, schedule)
+    return out
+
+
+@_rows_op.register_fake
+def _(a, sa, b, sb, offs, schedule):
+    return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("titan_fp8::mx128_grouped_mm_wgrad_cutlass", mutates_args=())
+def _red_op(x: torch.Tensor, sx: torch.Tensor, y: torch.Tensor, sy: torch.Tensor, offs: torch.Tensor,
+            out_dtype: torch.dtype, schedule: int) -> torch.Tensor:
+    """dW[e] = X[:, tokens of e] @ Y[:, tokens of e]^T; x [N, T], y [K, T] token-major, scales [*, T/32]."""
+    out = torch.empty(offs.shape[0], x.shape[0], y.shape[0], dtype=out_dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    if x.shape[1] == 0:
+        return out.zero_()
+    load().grouped_red(x.view(torch.uint8), sx, y.view(torch.uint8), sy, offs, out, schedule)
+    return out
+
+
+@_red_op.register_fake
+def _(x, sx, y, sy, offs, out_dtype, schedule):
+    return x.new_empty((offs.shape[0], x.shape[0], y.shape[0]), dtype=out_dtype)
+
+
+def fprop(a_data, a_scale, w_data, w_scale, offs):
+    a = a_data if a_data.stride(-1) == 1 else a_data.contiguous()
+    w = w_data if w_data.stride(-1) == 1 else w_data.contiguous()
+    return _rows_op(a, a_scale, w, w_scale, offs, schedule_id("fprop"))
+
+
+def dgrad(do_data, do_scale, w_data, w_scale, offs):
+    do = do_data if do_data.stride(-1) == 1 else do_data.contiguous()
+    wt = w_data.transpose(1, 2)  # [E, K, N]: rows k, reduction n (N contiguous for a transposed view)
+    if wt.stride(-1) != 1:
+        wt = wt.contiguous()
+    return _rows_op(do, do_scale, wt, w_scale.transpose(1, 2), offs, schedule_id("dgrad"))
+
+
+def wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32):
+    x = do_t_data if do_t_data.stride(-1) == 1 else do_t_data.contiguous()
+    y = a_t_data if a_t_data.stride(-1) == 1 else a_t_data.contiguous()
+    # the scale grid of both operands is the global 128-token grid: every group must start on it
+    torch._assert_async((offs % GRAN == 0).all(), "mxfp8_grouped_mm_wgrad (cutlass): every group must start and "
+                                                  "end on a multiple of 128 tokens (pad groups to 128)")
+    return _red_op(x, do_t_scale, y, a_t_scale, offs, out_dtype, schedule_id("wgrad"))

@@ -1,0 +1,92 @@
+// torch side of the CUTLASS mx128 grouped GEMM: tensors -> GroupedProblem, scratch from torch's caching
+// allocator, launch on the current stream. Shape/dtype checks with names live in Python
+// (kernels/grouped_gemm/cutlass_backend.py); the TORCH_CHECKs here only guard the raw-pointer contract.
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "grouped_problem.h"
+
+namespace {
+
+int sm_count_of(int device) {
+  static int cached[64] = {0};
+  if (device < 64 && cached[device]) return cached[device];
+  int n = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  if (device < 64) cached[device] = n;
+  return n;
+}
+
+void launch(titan_mx::GroupedProblem& p, const torch::Tensor& like, bool f32, int64_t sched) {
+  using namespace titan_mx;
+  TORCH_CHECK(sched == kCooperative || sched == kPingpong, "cutlass mx128: schedule ", sched, " unknown");
+  bool pp = sched == kPingpong;
+  auto scratch_bytes = f32 ? (pp ? scratch_bytes_f32_pp : scratch_bytes_f32_coop)
+                           : (pp ? scratch_bytes_bf16_pp : scratch_bytes_bf16_coop);
+  auto run = f32 ? (pp ? run_f32_pp : run_f32_coop) : (pp ? run_bf16_pp : run_bf16_coop);
+  int sm = sm_count_of(like.get_device());
+  size_t bytes = scratch_bytes(p, sm);
+  auto scratch = torch::empty({int64_t(bytes)}, like.options().dtype(torch::kUInt8));
+  auto stream = c10::cuda::getCurrentCUDAStream(like.get_device()).stream();
+  const char* err = run(p, scratch.data_ptr(), bytes, sm, stream);
+  TORCH_CHECK(err == nullptr, "titan_fp8 CUTLASS mx128 grouped GEMM: ", err ? err : "");
+}
+
+void check_common(const torch::Tensor& t, const char* name, int64_t dim) {
+  TORCH_CHECK(t.is_cuda() && t.dim() == dim, "cutlass mx128: ", name, " must be a ", dim, "-D CUDA tensor");
+}
+
+}  // namespace
+
+// out[M, C] (bf16) = per group: a[rows of g] @ b[g]^T. a [M, R] fp8 (R contiguous), sa [M, R/32] uint8 (strided),
+// b [E, C, R] fp8 (R contiguous), sb [E, C, R/32] uint8 (strided), offs int32 [E]; sched: titan_mx::Schedule.
+void grouped_rows(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Tensor sb, torch::Tensor offs,
+                  torch::Tensor out, int64_t sched) {
+  check_common(a, "a", 2); check_common(sa, "sa", 2); check_common(b, "b", 3); check_common(sb, "sb", 3);
+  check_common(offs, "offs", 1); check_common(out, "out", 2);
+  TORCH_CHECK(a.stride(1) == 1 && b.stride(2) == 1 && out.stride(1) == 1,
+              "cutlass mx128: inner dims must be contiguous");
+  TORCH_CHECK(out.scalar_type() == torch::kBFloat16, "cutlass mx128: fprop/dgrad output must be bf16");
+  c10::cuda::CUDAGuard guard(a.get_device());
+  titan_mx::GroupedProblem p;
+  p.mode = titan_mx::kRows;
+  p.groups = int(offs.size(0));
+  p.offs = offs.data_ptr<int32_t>();
+  p.M = a.size(0); p.R = a.size(1); p.C = b.size(1);
+  p.a = a.data_ptr(); p.lda = a.stride(0);
+  p.b = b.data_ptr(); p.ldb = b.stride(1); p.b_group_stride = b.stride(0);
+  p.sa = sa.data_ptr<uint8_t>(); p.sa_s0 = sa.stride(0); p.sa_s1 = sa.stride(1);
+  p.sb = sb.data_ptr<uint8_t>(); p.sb_s0 = sb.stride(0); p.sb_s1 = sb.stride(1); p.sb_s2 = sb.stride(2);
+  p.out = out.data_ptr(); p.ldo = out.stride(0);
+  launch(p, a, false, sched);
+}
+
+// out[E, N, C] (fp32 or bf16) = per group: x[:, tokens of g] @ y[:, tokens of g]^T. x [N, T] fp8, sx [N, T/32] uint8,
+// y [C, T] fp8, sy [C, T/32] uint8 (tokens contiguous in x and y), offs int32 [E] (multiples of 128).
+void grouped_red(torch::Tensor x, torch::Tensor sx, torch::Tensor y, torch::Tensor sy, torch::Tensor offs,
+                 torch::Tensor out, int64_t sched) {
+  check_common(x, "x", 2); check_common(sx, "sx", 2); check_common(y, "y", 2); check_common(sy, "sy", 2);
+  check_common(offs, "offs", 1); check_common(out, "out", 3);
+  TORCH_CHECK(x.stride(1) == 1 && y.stride(1) == 1 && out.stride(2) == 1,
+              "cutlass mx128: inner dims must be contiguous");
+  TORCH_CHECK(out.scalar_type() == torch::kFloat32 || out.scalar_type() == torch::kBFloat16,
+              "cutlass mx128: wgrad output must be fp32 or bf16");
+  c10::cuda::CUDAGuard guard(x.get_device());
+  titan_mx::GroupedProblem p;
+  p.mode = titan_mx::kRed;
+  p.groups = int(offs.size(0));
+  p.offs = offs.data_ptr<int32_t>();
+  p.M = x.size(1); p.rows = x.size(0); p.C = y.size(0);
+  p.a = x.data_ptr(); p.lda = x.stride(0);
+  p.b = y.data_ptr(); p.ldb = y.stride(0);
+  p.sa = sx.data_ptr<uint8_t>(); p.sa_s0 = sx.stride(0); p.sa_s1 = sx.stride(1);
+  p.sb = sy.data_ptr<uint8_t>(); p.sb_s1 = sy.stride(0); p.sb_s2 = sy.stride(1);
+  p.out = out.data_ptr(); p.ldo = out.stride(1); p.out_group_stride = out.stride(0);
+  launch(p, x, out.scalar_type() == torch::kFloat32, sched);
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("grouped_rows", &grouped_rows, "mx128 grouped GEMM, groups along rows (fprop/dgrad), bf16 out");
+  m.def("grouped_red", &grouped_red, "mx128 grouped GEMM, groups along the reduction (wgrad), fp32 or bf16 out");
+}

@@ -1,0 +1,347 @@
+// MXFP8 "mx128" grouped GEMM on CUTLASS 4.2's sm_90a blockwise-scaled ptr-array GEMM (warp-specialized,
+// cooperative, persistent over groups, device-side problem shapes).
+//
+// One kernel type serves fprop, dgrad and wgrad: out_g = A_g @ B_g^T with A_g [rows, red] and B_g [cols, red]
+// (red contiguous in both), A scaled per 1 x 128 along red, B per 128 x 128 tile, fp32 accumulation with the
+// promotion every 128 of red (CUTLASS's blockwise mainloop). Nothing here knows torch: bindings.cpp hands in raw
+// pointers and strides, so the two GEMM translation units compile without torch's headers.
+//
+// Groups come from offs (int32 cumulative END rows / tokens) on the device: small kernels below turn offs into
+// CUTLASS's per-group problem shapes, pointers, strides and fp32 block-scale arrays, so a call never syncs with the
+// host (CUDA-graph and torch.compile friendly). Our scales are E8M0 bytes in kernels.mxfp8's layout (one byte per
+// 1x32 block; "mx128" repeats the byte over each 1x128 block / 128x128 tile); CUTLASS 4.2's sm_90 mainloop reads
+// fp32 scales in the layout Sm90BlockwiseScaleConfig::tile_atom_to_shape_SF{A,B}(M, N, K) builds from each group's
+// problem shape (the per-group layout argument is not read by the grouped kernel): MN-major, packed per group,
+// i.e. SFA_g[kb][m] at kb * M_g + m and SFB_g[kb][nb] at kb * ceil(N_g / 128) + nb.
+//
+// Two ways of grouping:
+//   kRows (fprop, dgrad): groups split the rows of A and of the output; B is per expert. Any group sizes
+//     (0 gives no tiles); output rows at or after offs[E-1] are written as zeros here.
+//   kRed (wgrad): groups split the reduction axis (tokens) of A [rows, T] and B [cols, T]; the output is per
+//     expert [rows, cols]. Every group must start on a multiple of 128 tokens (the scale grid of both operands
+//     is the global token grid; the Python side asserts it on the device). Empty groups get no tiles and their
+//     output is zeroed here (CUTLASS's mainloop leaves the accumulator undefined for K = 0).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <cuda_runtime.h>
+
+#include "grouped_problem.h"
+
+#include "cutlass/cutlass.h"
+#include "cutlass/numeric_types.h"
+#include "cute/tensor.hpp"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/group_array_problem_shape.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/detail/blockwise_scale_layout.hpp"
+
+namespace titan_mx {
+
+inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+inline size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
+
+// ------------------------------------------------------------------------------------------------ prep kernels
+// (non-template kernels are static: this header is included by one translation unit per output dtype)
+__device__ __forceinline__ float e8m0_to_float(uint8_t s) {
+  // 2^(s-127); 255 is the format's NaN; 0 is 2^-127 (an fp32 subnormal)
+  if (s == 255) return __int_as_float(0x7fc00000);
+  if (s == 0) return __int_as_float(0x00400000);
+  return __int_as_float(int(s) << 23);
+}
+
+__device__ __forceinline__ int group_of(const int32_t* offs, int E, int64_t m) {
+  // first e with offs[e] > m (m < offs[E-1])
+  int lo = 0, hi = E - 1;
+  while (lo < hi) {
+    int mid = (lo + hi) >> 1;
+    if (int64_t(offs[mid]) > m) hi = mid; else lo = mid + 1;
+  }
+  return lo;
+}
+
+// kRows, A scales: thread per row; for each 128-block kb writes SFA_g[kb][m - start] (coalesced across rows)
+static __global__ void sfa_rows_kernel(GroupedProblem p, float* sfa) {
+  int64_t m = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (p.groups == 0 || m >= p.M || m >= p.offs[p.groups - 1]) return;
+  int g = group_of(p.offs, p.groups, m);
+  int64_t start = g ? p.offs[g - 1] : 0;
+  int64_t mg = p.offs[g] - start;
+  int64_t rb = p.R / 128;
+  float* dst = sfa + rb * start + (m - start);
+  const uint8_t* src = p.sa + m * p.sa_s0;
+  for (int64_t kb = 0; kb < rb; ++kb) dst[kb * mg] = e8m0_to_float(src[kb * 4 * p.sa_s1]);
+}
+
+// kRows, B scales: SFB_e[kb][cb] = sb[e, cb * 128, kb * 4]
+static __global__ void sfb_rows_kernel(GroupedProblem p, float* sfb, int64_t cb_n, int64_t rb) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  int64_t total = int64_t(p.groups) * rb * cb_n;
+  if (i >= total) return;
+  int64_t cb = i % cb_n, kb = (i / cb_n) % rb, e = i / (cb_n * rb);
+  sfb[i] = e8m0_to_float(p.sb[e * p.sb_s0 + cb * 128 * p.sb_s1 + kb * 4 * p.sb_s2]);
+}
+
+// kRed, A scales: SFA[tb][r] = sa[r, tb * 4] for every 128-token block tb (group g reads from tb = start / 128)
+static __global__ void sfa_red_kernel(GroupedProblem p, float* sfa, int64_t tb_n) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tb_n * p.rows) return;
+  int64_t r = i % p.rows, tb = i / p.rows;
+  sfa[i] = e8m0_to_float(p.sa[r * p.sa_s0 + tb * 4 * p.sa_s1]);
+}
+
+// kRed, B scales (128 x 128 tiles): SFB[tb][cb] = sb[cb * 128, tb * 4]
+static __global__ void sfb_red_kernel(GroupedProblem p, float* sfb, int64_t tb_n, int64_t cb_n) {
+  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= tb_n * cb_n) return;
+  int64_t cb = i % cb_n, tb = i / cb_n;
+  sfb[i] = e8m0_to_float(p.sb[cb * 128 * p.sb_s1 + tb * 4 * p.sb_s2]);
+}
+
+// Output rows at or after offs[E-1] (kRows): zeros. Blocks whose rows all lie before offs[E-1] exit at once.
+template <class T>
+__global__ void zero_tail_rows_kernel(GroupedProblem p, int rows_per_block) {
+  int64_t r0 = int64_t(blockIdx.x) * rows_per_block;
+  int64_t lim = p.groups ? p.offs[p.groups - 1] : 0;
+  int64_t r_begin = r0 > lim ? r0 : lim;
+  int64_t r_end = r0 + rows_per_block < p.M ? r0 + rows_per_block : p.M;
+  T* out = static_cast<T*>(p.out);
+  for (int64_t r = r_begin; r < r_end; ++r)
+    for (int64_t c = threadIdx.x; c < p.C; c += blockDim.x) out[r * p.ldo + c] = T(0);
+}
+
+// Empty groups (kRed): dW[e] = 0. grid (chunks, E); blocks of non-empty groups exit at once.
+template <class T>
+__global__ void zero_empty_groups_kernel(GroupedProblem p) {
+  int e = blockIdx.y;
+  int64_t start = e ? p.offs[e - 1] : 0;
+  if (p.offs[e] - start != 0) return;
+  T* out = static_cast<T*>(p.out) + int64_t(e) * p.out_group_stride;
+  int64_t n = p.rows * p.C;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    out[(i / p.C) * p.ldo + i % p.C] = T(0);
+}
+
+// Per-group CUTLASS arguments. One thread per group.
+template <class Shape3, class EA, class EB, class ED, class SA, class SB, class SD>
+__global__ void build_args_kernel(GroupedProblem p, const float* sfa, const float* sfb, int64_t cb_n,
+                                  Shape3* shapes, const EA** pa, const EB** pb, ED** pd, const float** psfa,
+                                  const float** psfb, SA* sta, SB* stb, SD* std_) {
+  int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= p.groups) return;
+  int64_t start = e ? p.offs[e - 1] : 0;
+  int64_t n = p.offs[e] - start;
+  if (n < 0) n = 0;  // malformed offs: no work rather than a wild pointer (the caller validates offs)
+  const EA* a = static_cast<const EA*>(p.a);
+  const EB* b = static_cast<const EB*>(p.b);
+  ED* out = static_cast<ED*>(p.out);
+  if (p.mode == kRows) {
+    int64_t rb = p.R / 128;
+    shapes[e] = cute::make_shape(int(n), int(p.C), int(p.R));
+    pa[e] = a + start * p.lda;
+    pb[e] = b + e * p.b_group_stride;
+    pd[e] = out + start * p.ldo;
+    psfa[e] = sfa + rb * start;
+    psfb[e] = sfb + int64_t(e) * rb * cb_n;
+  } else {
+    shapes[e] = cute::make_shape(n > 0 ? int(p.rows) : 0, int(p.C), int(n));
+    pa[e] = a + start;
+    pb[e] = b + start;
+    pd[e] = out + e * p.out_group_stride;
+    psfa[e] = sfa + (start / 128) * p.rows;
+    psfb[e] = sfb + (start / 128) * cb_n;
+  }
+  sta[e] = SA{};
+  cute::get<0>(sta[e]) = p.lda;
+  stb[e] = SB{};
+  cute::get<0>(stb[e]) = p.ldb;
+  std_[e] = SD{};
+  cute::get<0>(std_[e]) = p.ldo;
+}
+
+// ------------------------------------------------------------------------------------------------ the GEMM
+// Sched: kCooperative or kPingpong (grouped_problem.h). Both: cluster 1x2 (A multicast), fp32 accumulation
+// promoted every 128 of the reduction.
+
+template <class ElementD, int Sched>
+struct BlockwiseGrouped {
+  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+  using ElementA = cutlass::float_e4m3_t;
+  using ElementB = cutlass::float_e4m3_t;
+  using LayoutA = cutlass::layout::RowMajor;     // A [rows, red], red contiguous
+  using LayoutB = cutlass::layout::ColumnMajor;  // B as [cols, red], red contiguous
+  using LayoutD = cutlass::layout::RowMajor;
+  static constexpr int kAlignAB = 16;
+  static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
+  static constexpr bool kPP = Sched == kPingpong;
+  using TileShape = cute::conditional_t<kPP, cute::Shape<cute::_64, cute::_128, cute::_128>,
+                                        cute::Shape<cute::_128, cute::_128, cute::_128>>;
+  using EpiSchedule = cute::conditional_t<kPP, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
+                                          cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
+  using MainSchedule = cute::conditional_t<kPP, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
+                                           cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
+  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128>;  // MN-major SFA / SFB
+  using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
+  using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
+      EpiSchedule,
+      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
+      ElementA, cute::tuple<LayoutA*, LayoutSFA*>, kAlignAB,
+      ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB,
+      float, TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      MainSchedule>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  using StrideA = typename GemmKernel::InternalStrideA;
+  using StrideB = typename GemmKernel::InternalStrideB;
+  using StrideD = typename GemmKernel::InternalStrideD;
+  using Shape3 = typename ProblemShape::UnderlyingProblemShape;
+
+  // Scratch: fp32 scales, per-group argument arrays, CUTLASS's workspace (TMA descriptors per SM).
+  struct Carve {
+    size_t sfa, sfb, shapes, pa, pb, pd, psfa, psfb, sta, stb, std_, ws, total;
+    int64_t sfa_n, sfb_n, cb_n, tb_n;
+  };
+
+  static Carve carve(const GroupedProblem& p, size_t ws_bytes) {
+    Carve c{};
+    int E = p.groups;
+    c.cb_n = cdiv(p.C, 128);
+    if (p.mode == kRows) {
+      c.sfa_n = p.M * (p.R / 128);
+      c.sfb_n = int64_t(E) * (p.R / 128) * c.cb_n;
+    } else {
+      c.tb_n = cdiv(p.M, 128);
+      c.sfa_n = c.tb_n * p.rows;
+      c.sfb_n = c.tb_n * c.cb_n;
+    }
+    size_t o = 0;
+    c.sfa = o; o = align_up(o + sizeof(float) * size_t(c.sfa_n));
+    c.sfb = o; o = align_up(o + sizeof(float) * size_t(c.sfb_n));
+    c.shapes = o; o = align_up(o + sizeof(Shape3) * E);
+    c.pa = o; o = align_up(o + sizeof(void*) * E);
+    c.pb = o; o = align_up(o + sizeof(void*) * E);
+    c.pd = o; o = align_up(o + sizeof(void*) * E);
+    c.psfa = o; o = align_up(o + sizeof(void*) * E);
+    c.psfb = o; o = align_up(o + sizeof(void*) * E);
+    c.sta = o; o = align_up(o + sizeof(StrideA) * E);
+    c.stb = o; o = align_up(o + sizeof(StrideB) * E);
+    c.std_ = o; o = align_up(o + sizeof(StrideD) * E);
+    c.ws = o; o = align_up(o + ws_bytes);
+    c.total = o;
+    return c;
+  }
+
+  static typename Gemm::Arguments arguments(const GroupedProblem& p, char* base, const Carve& c, int sm_count) {
+    cutlass::KernelHardwareInfo hw;
+    cudaGetDevice(&hw.device_id);
+    hw.sm_count = sm_count;
+    typename Gemm::Arguments args{
+        cutlass::gemm::GemmUniversalMode::kGrouped,
+        {p.groups, reinterpret_cast<Shape3*>(base + c.shapes), nullptr},
+        {reinterpret_cast<const ElementA**>(base + c.pa), reinterpret_cast<StrideA*>(base + c.sta),
+         reinterpret_cast<const ElementB**>(base + c.pb), reinterpret_cast<StrideB*>(base + c.stb),
+         reinterpret_cast<const float**>(base + c.psfa), nullptr,
+         reinterpret_cast<const float**>(base + c.psfb), nullptr},
+        {{}, nullptr, nullptr, reinterpret_cast<ElementD**>(base + c.pd), reinterpret_cast<StrideD*>(base + c.std_)},
+        hw};
+    auto& fusion = args.epilogue.thread;
+    fusion.alpha = 1.0f;
+    fusion.beta = 0.0f;
+    fusion.alpha_ptr = nullptr;
+    fusion.beta_ptr = nullptr;
+    fusion.alpha_ptr_array = nullptr;
+    fusion.beta_ptr_array = nullptr;
+    fusion.dAlpha = {cute::_0{}, cute::_0{}, 0};
+    fusion.dBeta = {cute::_0{}, cute::_0{}, 0};
+    return args;
+  }
+
+  static size_t scratch_bytes(const GroupedProblem& p, int sm_count) {
+    Carve c0 = carve(p, 0);
+    auto args = arguments(p, nullptr, c0, sm_count);
+    size_t ws = Gemm::get_workspace_size(args);
+    return carve(p, ws).total;
+  }
+
+  // Returns nullptr on success, else a message (static storage).
+  static const char* run(const GroupedProblem& p, void* scratch, size_t scratch_size, int sm_count,
+                         cudaStream_t stream) {
+    static thread_local char msg[256];
+    if (p.groups <= 0) return nullptr;
+    Carve c0 = carve(p, 0);
+    size_t ws = Gemm::get_workspace_size(arguments(p, nullptr, c0, sm_count));
+    Carve c = carve(p, ws);
+    if (scratch_size < c.total) {
+      snprintf(msg, sizeof msg, "scratch of %zu bytes < %zu needed", scratch_size, c.total);
+      return msg;
+    }
+    char* base = static_cast<char*>(scratch);
+    float* sfa = reinterpret_cast<float*>(base + c.sfa);
+    float* sfb = reinterpret_cast<float*>(base + c.sfb);
+    const int T = 256;
+    if (p.mode == kRows) {
+      if (p.M > 0) sfa_rows_kernel<<<unsigned(cdiv(p.M, T)), T, 0, stream>>>(p, sfa);
+      if (c.sfb_n > 0) sfb_rows_kernel<<<unsigned(cdiv(c.sfb_n, T)), T, 0, stream>>>(p, sfb, c.cb_n, p.R / 128);
+      if (p.M > 0) {
+        const int rpb = 16;
+        zero_tail_rows_kernel<ElementD><<<unsigned(cdiv(p.M, rpb)), 256, 0, stream>>>(p, rpb);
+      }
+    } else {
+      if (c.sfa_n > 0) sfa_red_kernel<<<unsigned(cdiv(c.sfa_n, T)), T, 0, stream>>>(p, sfa, c.tb_n);
+      if (c.sfb_n > 0) sfb_red_kernel<<<unsigned(cdiv(c.sfb_n, T)), T, 0, stream>>>(p, sfb, c.tb_n, c.cb_n);
+      int64_t chunks = cdiv(p.rows * p.C, 256 * 64);
+      chunks = chunks < 1024 ? chunks : 1024;
+      if (chunks > 0)
+        zero_empty_groups_kernel<ElementD><<<dim3(unsigned(chunks), unsigned(p.groups)), 256, 0, stream>>>(p);
+    }
+    build_args_kernel<Shape3, ElementA, ElementB, ElementD, StrideA, StrideB, StrideD>
+        <<<unsigned(cdiv(p.groups, 128)), 128, 0, stream>>>(
+            p, sfa, sfb, c.cb_n, reinterpret_cast<Shape3*>(base + c.shapes),
+            reinterpret_cast<const ElementA**>(base + c.pa), reinterpret_cast<const ElementB**>(base + c.pb),
+            reinterpret_cast<ElementD**>(base + c.pd), reinterpret_cast<const float**>(base + c.psfa),
+            reinterpret_cast<const float**>(base + c.psfb), reinterpret_cast<StrideA*>(base + c.sta),
+            reinterpret_cast<StrideB*>(base + c.stb), reinterpret_cast<StrideD*>(base + c.std_));
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) {
+      snprintf(msg, sizeof msg, "prep kernels: %s", cudaGetErrorString(err));
+      return msg;
+    }
+    Gemm gemm;
+    auto args = arguments(p, base, c, sm_count);
+    cutlass::Status st = gemm.can_implement(args);
+    if (st != cutlass::Status::kSuccess) {
+      snprintf(msg, sizeof msg, "CUTLASS can_implement: %s", cutlass::cutlassGetStatusString(st));
+      return msg;
+    }
+    st = gemm.initialize(args, base + c.ws, stream);
+    if (st != cutlass::Status::kSuccess) {
+      snprintf(msg, sizeof msg, "CUTLASS initialize: %s", cutlass::cutlassGetStatusString(st));
+      return msg;
+    }
+    st = gemm.run(stream);
+    if (st != cutlass::Status::kSuccess) {
+      err = cudaGetLastError();
+      snprintf(msg, sizeof msg, "CUTLASS run: %s (%s)", cutlass::cutlassGetStatusString(st), cudaGetErrorString(err));
+      return msg;
+    }
+    return nullptr;
+  }
+};
+
+}  // namespace titan_mx

@@ -1,0 +1,600 @@
+"""Gluon (triton.experimental.gluon, triton 3.6) MXFP8 grouped GEMMs for Hopper with true 1x32 scales ("mx32").
+
+Same contracts as the Triton kernels in triton_mx.py with block=32 and a 128x128-tiled weight (fprop/dgrad,
+w_tile=128) or a 128-row-tiled x^T (wgrad, a_tile=128): the promotion factor of reduction block j is a per-row
+vector f_j[m] = s_a[m, j] * s_b[tile, j], and the result is sum_j P_j * f_j in fp32 (P_j = the exact fp8
+product of block j).
+
+Why Gluon: Triton 3.6 waits for each wgmma right after issuing it, so the tensor cores idle while the CUDA
+cores promote (acc += P_j * f_j: one FMA per accumulator element every 32 of K, as much issue time as the
+MMA itself). Here the mainloop is written out by hand:
+
+    step j:  wait for the TMA tiles of step j; issue wgmma j asynchronously into a fresh partial;
+             wait until only wgmma j is in flight (so partial j-1 is done); refill the freed ring slot;
+             promote partial j-1 into acc while wgmma j runs on the tensor cores.
+
+Three fp32 register tiles are live (acc, the partial in flight, the partial being promoted): in MODE 2 the
+partial of step j-2 (already promoted) is handed to wgmma j as its ignored accumulator, so no zeroing. The
+loop is unrolled in blocks of U steps so that no wgmma is in flight across the back edge (see _mainloop).
+
+Operands arrive through TMA in a STAGES-deep ring; one stage holds SUBK steps ([BM, 32*SUBK] boxes, the
+wgmmas read 32-wide slices), so the barrier waits and TMA issues come once per SUBK wgmmas and 16 steps can be
+in flight. WS picks who refills the ring: 0 the kernel's own warps (Gluon then inserts CTA barriers around
+every TMA issue, which tie the warpgroups together), 1 a 1-warp producer partition, 2 (fprop/dgrad) a producer
+plus two independent 4-warp consumers that each own 64 rows of the 128x128 tile and their own epilogue, so one
+consumer's FMAs overlap the other's wgmmas as well. Scales are read with plain loads one step ahead (L1 hits).
+Measured variants and numbers: NOTES.md ("Gluon mx32").
+
+Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
+triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
+[offs[e-1], offs[e]); the full 32-token steps run through the TMA ring, the (at most two) steps that a group
+boundary cuts are loaded with masks into separate shared buffers and multiplied synchronously.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+SK = gl.constexpr(32)  # the scale block along the reduction axis: one wgmma (m64nBNk32) per warpgroup per step
+
+
+@gluon.jit
+def _e8m0_to_f32(b):
+    """E8M0 bytes -> fp32 2^(b-127); 0 -> 2^-127 (subnormal bits 0x00400000), 255 -> NaN."""
+    # branch-free (it runs for every row every 32 of K): bit 8 of (b-1)|(b+1) is set exactly for b = 0 and
+    # b = 255, and that bit moved to 22 is the subnormal 2^-127 (b = 0) or the quiet-NaN bit (b = 255)
+    bi = b.to(gl.int32)
+    bits = (bi << 23) | ((((bi - 1) | (bi + 1)) & 0x100) << 14)
+    return bits.to(gl.float32, bitcast=True)
+
+
+@gluon.jit
+def _issue_load(a_desc, b_desc, a_row, b_row, k, bar, a_buf, b_buf, pred):
+    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [a_row, k], bar, a_buf, pred=pred)
+    tma.async_copy_global_to_shared(b_desc, [b_row, k], bar, b_buf, pred=pred)
+
+
+@gluon.jit
+def _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb):
+    return _e8m0_to_f32(gl.load(sa_ptrs + kb * stride_sak)) * _e8m0_to_f32(gl.load(sbt_ptr + kb * stride_sbk))
+
+
+@gluon.jit
+def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, SUBK: gl.constexpr,
+              FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
+    """Issue the wgmma of step j (32 of K; sub = j % SUBK, static) asynchronously into a partial
+    (use_acc=False): into fresh zeros (FRESH) or into the registers of p_free, a partial already promoted.
+    A stage holds SUBK steps; its TMA barrier is waited on at its first step."""
+    st = j // SUBK
+    s = st % STAGES
+    if sub == 0:
+        mbarrier.wait(ready.index(s), (st // STAGES) & 1)
+    if FRESH:
+        p_free = gl.zeros_like(acc)
+    a = a_bufs.index(s)
+    if AROWS > 0:  # WS=2: this warpgroup's rows of the A tile
+        a = a.slice(AROW, AROWS, dim=0)
+    a = a.slice(sub * SK, SK, dim=1)
+    b = b_bufs.index(s).slice(sub * SK, SK, dim=1).permute((1, 0))
+    return warpgroup_mma(a, b, p_free, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _refill(st, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES: gl.constexpr,
+            SUBK: gl.constexpr):
+    """All wgmmas of stage st are known to be finished: its ring slot takes stage st + STAGES."""
+    nxt = st + STAGES
+    s = st % STAGES
+    _issue_load(a_desc, b_desc, a_row, b_row, k0 + nxt * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                b_bufs.index(s), nxt < n_st)
+
+
+@gluon.jit
+def _release(st, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr,
+             SUBK: gl.constexpr, WS: gl.constexpr):
+    """The wgmmas of stage st have finished: hand its slot to the producer warp (WS) or refill it here."""
+    if WS:
+        mbarrier.arrive(empty.index(st % STAGES))
+    else:
+        _refill(st, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, STAGES, SUBK)
+
+
+@gluon.jit
+def _producer(a_desc, b_desc, a_row, b_row, k0, n_st, a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr,
+              SUBK: gl.constexpr):
+    """WS: the TMA warp. Fills stage st into slot st % STAGES once the consumers released its last use
+    (mbarriers start as if phase 1 had completed, so the first round does not wait)."""
+    for st in range(n_st):
+        s = st % STAGES
+        mbarrier.wait(empty.index(s), ((st // STAGES) & 1) ^ 1)
+        _issue_load(a_desc, b_desc, a_row, b_row, k0 + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                    b_bufs.index(s), True)
+
+
+@gluon.jit
+def _consumer(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs,
+              ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+    # the default partition's results travel as a tuple
+    return (_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs,
+                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True), )
+
+
+@gluon.jit
+def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+                  BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+                  SUBK: gl.constexpr, WS: gl.constexpr):
+    """Allocate the TMA ring and run the mainloop: in the kernel's own warps (each refills the ring behind
+    itself, with the CTA barriers Gluon inserts around the TMA issue), or (WS) with a 1-warp TMA producer
+    partition and the mainloop in the default partition, which only waits for full slots and releases them."""
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    if WS:
+        res = gl.warp_specialize([
+            (_consumer, (acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+                         a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK)),
+            (_producer, (a_desc, b_desc, a_row, b_row, k0, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty,
+                         STAGES, SUBK)),
+        ], [1], [24])
+        acc = res[0]
+    else:
+        acc = _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+                        a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, WS)
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+    return acc
+
+
+@gluon.jit
+def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+              a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+              SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
+    """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
+    f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
+    calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
+    32-wide slices of it), so barrier waits, TMA issues and the CTA barriers around them come once per stage.
+
+    MODE 0: wait for each wgmma before promoting it (Triton's schedule; only the other warpgroup overlaps).
+    MODE 1/2: blocks of U steps, unrolled: wgmma j+1 is issued before partial j is promoted, so the tensor
+    cores run while the CUDA cores promote; the last partial of a block is promoted after wait(0), so no
+    wgmma is in flight across the loop's back edge (a loop-carried in-flight accumulator costs register
+    copies, which make ptxas serialize all wgmmas: C7514/C7515). MODE 1 gives each wgmma fresh zeros as its
+    ignored accumulator, MODE 2 the registers of the partial promoted just before."""
+    gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
+    gl.static_assert(U // SUBK <= STAGES, "the tail after the unrolled blocks must already be in flight")
+    n_st = gl.cdiv(nk, SUBK)
+    if not WS:
+        for i in gl.static_range(STAGES):
+            _issue_load(a_desc, b_desc, a_row, b_row, k0 + i * (SUBK * SK), ready.index(i), a_bufs.index(i),
+                        b_bufs.index(i), i < n_st)
+    kb0 = k0 // SK
+    n_main = 0
+    if MODE != 0:
+        n_main = (nk // U) * U
+        for j0 in range(0, n_main, U):
+            p_prev = _mma_step(j0, 0, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS)
+            f_prev = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j0)
+            p_free = acc
+            for u in gl.static_range(1, U):
+                p_new = _mma_step(j0 + u, u % SUBK, acc, a_bufs, b_bufs, ready, STAGES, SUBK, MODE == 1 or u == 1,
+                                  p_free, AROW, AROWS)
+                f_new = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j0 + u)
+                # acc rides through the wait so that the previous FMAs cannot sink below it (LLVM would
+                # otherwise delay them all to the end of the block and keep every partial live)
+                p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
+                if (u - 1) % SUBK == SUBK - 1:
+                    _release((j0 + u - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready,
+                             empty, STAGES, SUBK, WS)
+                acc = acc + p_done * gl.expand_dims(f_prev, 1)
+                p_free = p_done
+                p_prev = p_new
+                f_prev = f_new
+            p_done, acc = warpgroup_mma_wait(num_outstanding=0, deps=(p_prev, acc))
+            _release((j0 + U - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty,
+                     STAGES, SUBK, WS)
+            acc = acc + p_done * gl.expand_dims(f_prev, 1)
+    # the rest (MODE 0: everything), one stage at a time, each wgmma waited for before its promotion
+    for jt in range(n_main, nk, SUBK):
+        for sub in gl.static_range(SUBK):
+            j = jt + sub
+            if j < nk:
+                f = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j)
+                p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS)
+                p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
+                acc = acc + p * gl.expand_dims(f, 1)
+        _release(jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
+                 WS)
+    return acc
+
+
+@gluon.constexpr_function
+def _mma_layout(BM, BN, num_warps):
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, SK])
+
+
+@gluon.constexpr_function
+def _step_smem_layout():
+    # a [rows, 32] fp8 tile: 32-byte rows, 32-byte swizzle
+    return gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
+
+
+@gluon.constexpr_function
+def _store_layout(BN, elem_bits, num_warps):
+    # 16-byte stores along the row, a warp covers whole rows of the tile
+    vec = 128 // elem_bits
+    tpw_n = min(32, BN // vec)
+    return gl.BlockedLayout(size_per_thread=[1, vec], threads_per_warp=[32 // tpw_n, tpw_n],
+                            warps_per_cta=[num_warps, 1], order=[1, 0])
+
+
+@gluon.jit
+def _nt_grouped_kernel(
+    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+    M, N, K, NUM_M_TILES,
+    stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
+    BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
+    MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """out[rows of group e] = A[rows] @ B[e]^T; A [M, K] (a_desc box [BM, 32]), B [E, N, K] seen as [E*N, K]
+    (b_desc box [BN, 32]); scales sa[m, k/32], sb[e, n, k/32] through strides; B's scale is constant over the
+    BN rows of a tile (the tile's first row is read)."""
+    mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+
+    pid = gl.program_id(0)
+    num_n = gl.cdiv(N, BN)
+    width = GROUP_M * num_n
+    first_m = (pid // width) * GROUP_M
+    gsz = gl.minimum(NUM_M_TILES - first_m, GROUP_M)
+    mt = first_m + (pid % width) % gsz
+    nt = (pid % width) // gsz
+
+    # which group owns global m-tile `mt` (tiles are numbered group after group; offs clamped so that bad
+    # offs give wrong groups, never stray writes)
+    expert = -1
+    row0 = 0
+    row_end = 0
+    tile_base = 0
+    start = 0
+    for e in gl.static_range(E):
+        end = gl.minimum(gl.maximum(gl.load(offs_ptr + e), start), M)
+        n_t = gl.cdiv(end - start, BM)
+        hit = (mt >= tile_base) & (mt < tile_base + n_t)
+        expert = gl.where(hit, e, expert)
+        row0 = gl.where(hit, start + (mt - tile_base) * BM, row0)
+        row_end = gl.where(hit, end, row_end)
+        tile_base += n_t
+        start = end
+
+    # a tile past the last group (expert < 0) runs an empty mainloop and writes zeros into the padding rows
+    # [offs[-1], M) it covers; tiles further out write nothing
+    real = expert >= 0
+    pad0 = start + (mt - tile_base) * BM
+    base = gl.where(real, row0, pad0)
+    lo = gl.where(real, row0, start)
+    hi = gl.where(real, row_end, M)
+    rows = gl.minimum(base + gl.arange(0, BM, layout=row_layout), M - 1)
+    sa_ptrs = sa_ptr + rows * stride_sam
+    sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
+    nk = gl.where(real, K // SK, 0)
+    if WS == 2:
+        # two independent consumer warpgroups (rows 0-63 and 64-127 of the tile, each with its own epilogue)
+        # and a TMA warp: no CTA barrier ties the consumers together, so one promotes while the other's
+        # wgmmas run
+        a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
+        b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        b_row = expert * N + nt * BN
+        gl.warp_specialize([
+            (_nt_half, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sbt_ptr, c_ptr, row0, b_row, nk,
+                        base, lo, hi, M, N, nt, stride_sam, stride_sak, stride_sbk, stride_cm, BM, BN, STAGES, MODE,
+                        U, SUBK)),
+            (_nt_half, (1, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sbt_ptr, c_ptr, row0, b_row, nk,
+                        base, lo, hi, M, N, nt, stride_sam, stride_sak, stride_sbk, stride_cm, BM, BN, STAGES, MODE,
+                        U, SUBK)),
+            (_producer, (a_desc, b_desc, row0, b_row, 0, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty, STAGES,
+                         SUBK)),
+        ], [4, 1], [240, 24])
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+            mbarrier.invalidate(empty.index(i))
+    else:
+        acc = gl.zeros([BM, BN], gl.float32, mma_layout)
+        acc = _run_mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptrs, stride_sak, sbt_ptr,
+                            stride_sbk, BM, BN, STAGES, MODE, U, SUBK, WS)
+        _store_tile(acc, c_ptr, base, lo, hi, nt * BN, N, stride_cm, BM, BN, num_warps)
+
+
+@gluon.jit
+def _store_tile(acc, c_ptr, base, lo, hi, n0, N, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
+                num_warps: gl.constexpr):
+    """rows base + [0, BM) that lie in [lo, hi), columns n0 + [0, BN) below N, through coalesced stores."""
+    st_layout: gl.constexpr = _store_layout(BN, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
+    out = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), st_layout)
+    offs_m = base + gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
+    offs_n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
+    smask = gl.expand_dims((offs_m >= lo) & (offs_m < hi), 1) & gl.expand_dims(offs_n < N, 0)
+    gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), out, mask=smask)
+
+
+@gluon.jit
+def _nt_half(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sbt_ptr, c_ptr, row0, b_row,
+             nk, base, lo, hi, M, N, nt, stride_sam, stride_sak, stride_sbk, stride_cm, BM: gl.constexpr,
+             BN: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+    """WS=2 consumer: one warpgroup computes rows idx*BM/2 + [0, BM/2) of the tile and stores them."""
+    HB: gl.constexpr = BM // 2
+    mma_layout: gl.constexpr = _mma_layout(HB, BN, 4)
+    rows = gl.minimum(base + idx * HB + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), M - 1)
+    acc = gl.zeros([HB, BN], gl.float32, mma_layout)
+    acc = _mainloop(acc, a_desc, b_desc, row0, b_row, 0, nk, sa_ptr + rows * stride_sam, stride_sak, sbt_ptr,
+                    stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, idx * HB, HB)
+    _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, 4)
+
+
+@gluon.jit
+def _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                 n0, k0, t0, start, end, N, K, xm_buf, ym_buf, BN: gl.constexpr, BK: gl.constexpr,
+                 num_warps: gl.constexpr):
+    """One synchronous promotion step over tokens [t0, t0+32) restricted to [start, end): the operands are
+    loaded with a token mask (a boundary cuts this block) and staged through shared memory."""
+    ld_layout: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 16], threads_per_warp=[16, 2],
+                                               warps_per_cta=[num_warps, 1], order=[1, 0])
+    tt = t0 + gl.arange(0, SK, layout=gl.SliceLayout(0, ld_layout))
+    t_ok = gl.expand_dims((tt >= start) & (tt < end), 0)
+    rn = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, ld_layout)), N - 1)
+    rk = gl.minimum(k0 + gl.arange(0, BK, layout=gl.SliceLayout(1, ld_layout)), K - 1)
+    xa = gl.load(x_ptr + gl.expand_dims(rn, 1) * stride_xn + gl.expand_dims(tt, 0), mask=t_ok, other=0.0)
+    yb = gl.load(y_ptr + gl.expand_dims(rk, 1) * stride_yk + gl.expand_dims(tt, 0), mask=t_ok, other=0.0)
+    gl.thread_barrier()  # the previous masked step's wgmma has been waited by every warp before overwriting
+    xm_buf.store(xa)
+    ym_buf.store(yb)
+    fence_async_shared()
+    gl.thread_barrier()
+    p = warpgroup_mma(xm_buf, ym_buf.permute((1, 0)), acc, use_acc=False, is_async=True)
+    p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
+    tb = t0 // SK
+    f = _e8m0_to_f32(gl.load(sx_ptrs + tb * stride_sxt)) * _e8m0_to_f32(gl.load(syt_ptr + tb * stride_syt))
+    return acc + p * gl.expand_dims(f, 1)
+
+
+@gluon.jit
+def _wgrad_kernel(
+    x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr,
+    M, N, K,
+    stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt, stride_ce, stride_cn,
+    BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, MODE: gl.constexpr,
+    U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """dW[e] = X_e @ Y_e^T over the tokens of group e: X = dO^T [N, M], Y = A^T [K, M] fp8, token axis
+    contiguous and scaled along it on the global 32-token grid; Y's scale is constant over the BK rows of a
+    tile. A block straddling a group boundary has one scale for both groups; each group sums its own tokens."""
+    mma_layout: gl.constexpr = _mma_layout(BN, BK, num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+    st_layout: gl.constexpr = _store_layout(BK, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
+
+    pid = gl.program_id(0)
+    e = gl.program_id(1)
+    num_n = gl.cdiv(N, BN)
+    num_k = gl.cdiv(K, BK)
+    width = GROUP_N * num_k
+    first_n = (pid // width) * GROUP_N
+    gsz = gl.minimum(num_n - first_n, GROUP_N)
+    nt = first_n + (pid % width) % gsz
+    kt = (pid % width) // gsz
+    n0 = nt * BN
+    k0 = kt * BK
+
+    end = gl.minimum(gl.load(offs_ptr + e), M)
+    start = gl.minimum(gl.maximum(gl.load(offs_ptr + e - 1, mask=e > 0, other=0), 0), end)
+
+    xm_buf = gl.allocate_shared_memory(x_desc.dtype, [BN, SK], _step_smem_layout())
+    ym_buf = gl.allocate_shared_memory(y_desc.dtype, [BK, SK], _step_smem_layout())
+
+    rows = gl.minimum(n0 + gl.arange(0, BN, layout=row_layout), N - 1)
+    sx_ptrs = sx_ptr + rows * stride_sxn
+    syt_ptr = sy_ptr + k0 * stride_syk
+    acc = gl.zeros([BN, BK], gl.float32, mma_layout)
+
+    first_full = gl.cdiv(start, SK) * SK
+    last_full = (end // SK) * SK
+    if (start % SK != 0) & (start < end):
+        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                           n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+    nk = gl.maximum((last_full - first_full) // SK, 0)
+    acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
+                        BN, BK, STAGES, MODE, U, SUBK, WS)
+    if (end % SK != 0) & (last_full >= first_full) & (start < end):
+        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                           n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+    out = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), st_layout)
+    offs_n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, st_layout))
+    offs_k = k0 + gl.arange(0, BK, layout=gl.SliceLayout(0, st_layout))
+    cmask = gl.expand_dims(offs_n < N, 1) & gl.expand_dims(offs_k < K, 0)
+    gl.store(c_ptr + e * stride_ce + gl.expand_dims(offs_n, 1) * stride_cn + gl.expand_dims(offs_k, 0), out,
+             mask=cmask)
+
+
+# ------------------------------------------------------------------------------------------ launchers
+# (BM, BN, STAGES, GROUP_M, MODE, U, SUBK, num_warps); wgrad reads (BN, BK, ...) the same way.
+# MODE/U/SUBK: _mainloop; a TMA stage holds SUBK steps of 32 along the reduction axis.
+# An optional 9th entry WS: 0 = no warp specialization (the kernel's warps refill the TMA ring themselves),
+# 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (fprop/dgrad only,
+# BM = 128, num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer.
+DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 4, 4, 2)
+WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 1, 8, 4, 8, 1)
+COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
+
+
+def _fail(who, msg):
+    raise ValueError(f"{who}: {msg}")
+
+
+def check_device(who, *tensors):
+    """The Gluon kernels are sm_90 code (wgmma + TMA); anything else is refused with one line."""
+    import torch
+
+    for t in tensors:
+        if not t.is_cuda:
+            _fail(who, f"backend='gluon' needs CUDA tensors on an sm_90 (Hopper) GPU, got a {t.device} tensor")
+    cap = torch.cuda.get_device_capability(tensors[0].device)
+    if cap != (9, 0):
+        _fail(who, f"backend='gluon' runs on sm_90 (Hopper) only; this GPU is sm_{cap[0]}{cap[1]}")
+
+
+def _desc(t2d, block):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)
+    return TensorDescriptor.from_tensor(t2d, block, layout)
+
+
+def _tma_operand(who, name, t):
+    # TMA: 16-byte aligned base and row stride, contiguous rows
+    if t.stride(-1) != 1 or t.data_ptr() % 16 or any(s % 16 for s in t.stride()[:-1]):
+        _fail(who, f"{name} (shape {tuple(t.shape)}, strides {t.stride()}) is not TMA-compatible: needs "
+                   f"contiguous rows, 16-byte aligned base and row strides")
+
+
+def _split_config(config):
+    """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0."""
+    return tuple(config[:8]), int(config[8]) if len(config) > 8 else 0
+
+
+def _ws_launch(ws, warps):
+    """WS adds a 1-warp producer partition (WS=2 also a second 4-warp consumer), each occupying a warpgroup's
+    register share: cap the launch at 65536 registers over all warps; the producer drops to 24 registers and
+    the consumers get the rest."""
+    total = warps + 4 * ws
+    return {"maxnreg": (65536 // (total * 32)) // 8 * 8} if ws else {}
+
+
+def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
+    """out[g] = A[g] @ B[e]^T (fprop/dgrad): A [M, R], B [E, C, R] contiguous, sa [M, R/32] and sb [E, C, R/32]
+    as strided views; B's scale constant over 128-row tiles (declared by the caller)."""
+    import torch
+
+    who = "mxfp8 grouped GEMM (gluon)"
+    M, R = a.shape
+    E, C, _ = b.shape
+    out = torch.empty(M, C, dtype=out_dtype, device=a.device)
+    if M == 0 or C == 0:
+        return out
+    if R == 0:
+        return out.zero_()
+    check_device(who, a, b, sa, sb, offs)
+    (BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps), WS = _split_config(config or DEFAULT_CONFIG)
+    if BN != COL_TILE:
+        _fail(who, f"BN={BN}: the tiled weight scale is read per {COL_TILE}-row tile")
+    if WS == 2 and (BM != 128 or warps != 4):
+        _fail(who, f"WS=2 runs two 4-warp consumers on a 128-row tile; got BM={BM}, num_warps={warps}")
+    b2 = b.reshape(E * C, R)
+    _tma_operand(who, "A", a)
+    _tma_operand(who, "B", b2)
+    num_m = (M + BM - 1) // BM + E + 1  # each group adds at most one partial tile; then the padding rows
+    grid = (num_m * ((C + BN - 1) // BN),)
+    _nt_grouped_kernel[grid](
+        _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs,
+        M, C, R, num_m,
+        sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0),
+        BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
+        **_ws_launch(WS, warps),
+    )
+    return out
+
+
+def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
+    """dW[e] = X_e @ Y_e^T: X = dO^T [N, M], Y = A^T [K, M] (token axis contiguous), sx [N, M/32], sy [K, M/32];
+    Y's scale constant over 128-row tiles (declared by the caller)."""
+    import torch
+
+    who = "mxfp8 grouped wgrad (gluon)"
+    N, M = x.shape
+    K = y.shape[0]
+    E = offs.shape[0]
+    out = torch.empty(E, N, K, dtype=out_dtype, device=x.device)
+    if out.numel() == 0:
+        return out
+    if M == 0:
+        return out.zero_()
+    check_device(who, x, y, sx, sy, offs)
+    (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
+    if BK != COL_TILE:
+        _fail(who, f"BK={BK}: the tiled x^T scale is read per {COL_TILE}-row tile")
+    if WS not in (0, 1):
+        _fail(who, f"WS={WS}: wgrad supports WS 0 or 1")
+    _tma_operand(who, "dO^T", x)
+    _tma_operand(who, "A^T", y)
+    grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)
+    _wgrad_kernel[grid](
+        _desc(x, [BN, SUBK * SK.value]), _desc(y, [BK, SUBK * SK.value]), x, sx, y, sy, out, offs,
+        M, N, K,
+        x.stride(0), sx.stride(0), sx.stride(1), y.stride(0), sy.stride(0), sy.stride(1),
+        out.stride(0), out.stride(1),
+        BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP_N, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
+        **_ws_launch(WS, warps),
+    )
+    return out
+
+
+def compile_sm90(kernel, config=None, out_dtype="bf16"):
+    """Compile one of the kernels for sm_90a without a GPU (ptxas ships with triton): ("nt" | "wgrad",
+    config) -> (ptx, ptxas -v log + the shared memory size). Used by the CPU test that guards the wgmma pipelining: the log must not
+    report serialized wgmmas (C751x) or spills, and the PTX must wait with one wgmma still in flight."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    def desc(shape):
+        lay = gl.NVMMASharedLayout.get_default_for(shape, gl.float8e4nv)
+        return f"tensordesc<fp8e4nv[{shape[0]}, {shape[1]}],{lay!r}>"
+
+    i32 = "i32"
+    if kernel == "nt":
+        (BM, BN, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or DEFAULT_CONFIG)
+        sig = dict(a_desc=desc([BM, SUBK * SK.value]), b_desc=desc([BN, SUBK * SK.value]), sa_ptr="*u8", sb_ptr="*u8",
+                   c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32, NUM_M_TILES=i32, stride_sam=i32,
+                   stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
+        cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, WS=WS,
+                  num_warps=warps)
+        fn = _nt_grouped_kernel
+    else:
+        (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
+        sig = dict(x_desc=desc([BN, SUBK * SK.value]), y_desc=desc([BK, SUBK * SK.value]), x_ptr="*fp8e4nv", sx_ptr="*u8",
+                   y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32,
+                   stride_xn=i32, stride_sxn=i32, stride_sxt=i32, stride_yk=i32, stride_syk=i32, stride_syt=i32,
+                   stride_ce=i32, stride_cn=i32)
+        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps)
+        fn = _wgrad_kernel
+    for k in cx:
+        sig[k] = "constexpr"
+    compiled = triton.compile(GluonASTSource(fn, sig, cx), target=GPUTarget("cuda", 90, 32),
+                              options=dict(num_warps=warps, **_ws_launch(cx["WS"], warps)))
+    ptx = compiled.asm["ptx"]
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "k.ptx")
+        with open(src, "w") as f:
+            f.write(ptx)
+        log = subprocess.run([ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")],
+                             capture_output=True, text=True, check=True)
+    return ptx, log.stdout + log.stderr + f"\nshared memory: {compiled.metadata.shared} bytes\n"

@@ -1,0 +1,210 @@
+"""launch/compare.py at debug size on CPU: one run per recipe, pictures and summaries, failures reported.
+
+One comparison runs (1 process per run, emulated float8): bf16 with 2 seeds, a run that crashes (lr 1e38:
+AdamW's update overflows in step 1), tensorwise AFTER it (so a failure does not stop later runs), and a
+recipe with a misspelt key (rejected before starting). The numbers in summary.json are recomputed here from
+each run's metrics.jsonl with the definitions written out independently of compare.py.
+"""
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+import pytest
+
+from _train_runs import DEBUG_TOML, ROOT, explain
+
+COMPARE = os.path.join(ROOT, "launch", "compare.py")
+STEPS = 5
+TINY = ["--training.seq_len=32", f"--training.steps={STEPS}", "--training.local_batch_size=2",
+        "--metrics.log_freq=1", "--lr_scheduler.warmup_steps=1", "--validation.freq=2", "--validation.steps=1"]
+RECIPES = "bf16,diverge:optimizer.lr=1e38,tensorwise,typo:recipe_nam=tensorwise"
+
+
+def run_compare(*args, timeout=400):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    return subprocess.run([sys.executable, COMPARE, *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    pytest.importorskip("matplotlib")
+    out = str(tmp_path_factory.mktemp("compare"))
+    proc = run_compare("--config", DEBUG_TOML, "--recipes", RECIPES, "--seeds", "2", "--nproc", "1",
+                       f"--job.dump_folder={out}", *TINY)
+    assert os.path.isfile(os.path.join(out, "summary.json")), explain(proc)
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    return out, proc, summary
+
+
+def records(out, name):
+    with open(os.path.join(out, name, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def test_pictures_and_summaries_are_written(compared):
+    from PIL import Image
+
+    out, proc, _ = compared
+    for name, min_size in (("loss.png", (800, 300)), ("throughput.png", (600, 300))):
+        path = os.path.join(out, name)
+        assert os.path.getsize(path) > 0, name
+        with Image.open(path) as img:
+            img.load()
+            assert img.format == "PNG" and img.size[0] >= min_size[0] and img.size[1] >= min_size[1], img.size
+            assert len(img.convert("RGB").getcolors(maxcolors=1 << 16) or range(1 << 16)) > 8  # not blank
+    with open(os.path.join(out, "summary.md")) as f:
+        md = f.read()
+    for name in ("bf16", "bf16-seed43", "tensorwise", "diverge", "typo", "loss.png", "throughput.png",
+                 "Failed runs"):
+        assert name in md, name
+    assert "compare: wrote" in proc.stdout
+
+
+def test_summary_numbers_equal_those_from_metrics_jsonl(compared):
+    out, _, summary = compared
+    assert summary["baseline"] == "bf16" and summary["tolerance_rel"] == 0.005
+    runs = summary["runs"]
+    assert [n for n in runs] == ["bf16", "bf16-seed43", "diverge", "tensorwise", "typo"]
+    mine = {}
+    for name in ("bf16", "bf16-seed43", "tensorwise"):
+        recs = records(out, name)
+        assert [r["step"] for r in recs] == list(range(1, STEPS + 1)), name  # one record per step, fresh file
+        tail = [r["loss"] for r in recs if r["step"] > STEPS - max(1, STEPS // 10)]
+        warm = max(1, min(10, STEPS // 5))
+        timed = [r for r in recs if r["step"] > warm]
+        val = [r for r in recs if "val_loss" in r]
+        assert [r["step"] for r in val] == [2, 4, 5]  # every freq steps and at the last step
+        mine[name] = {"final_train_loss": recs[-1]["loss"], "last10_mean_train_loss": statistics.fmean(tail),
+                      "val_loss": val[-1]["val_loss"], "val_step": STEPS, "warmup_steps": warm,
+                      "tps_per_gpu_median": statistics.median(r["tps_per_gpu"] for r in timed),
+                      "peak_memory_gib": None, "mfu_median": None}
+    base = mine["bf16"]
+    seed_diff = {k: abs(mine["bf16-seed43"][k] - base[k]) / base[k] for k in ("last10_mean_train_loss", "val_loss")}
+    for key, value in seed_diff.items():
+        assert summary["baseline_seed_diff"][key] == pytest.approx(value, rel=1e-12), key
+    for name, m in mine.items():
+        got = runs[name]
+        assert got["status"] == "ok" and got["exit_code"] == 0
+        for key, value in m.items():
+            assert got[key] == (pytest.approx(value, rel=1e-12) if value is not None else None), (name, key)
+        rel_train = (m["last10_mean_train_loss"] - base["last10_mean_train_loss"]) / base["last10_mean_train_loss"]
+        rel_val = (m["val_loss"] - base["val_loss"]) / base["val_loss"]
+        assert got["rel_diff_train_vs_baseline"] == pytest.approx(rel_train, rel=1e-12, abs=1e-15)
+        assert got["rel_diff_val_vs_baseline"] == pytest.approx(rel_val, rel=1e-12, abs=1e-15)
+        assert got["speedup_vs_baseline"] == pytest.approx(m["tps_per_gpu_median"] / base["tps_per_gpu_median"],
+                                                           rel=1e-12)
+    tol_train = max(0.005, seed_diff["last10_mean_train_loss"])
+    tol_val = max(0.005, seed_diff["val_loss"])
+    tw = runs["tensorwise"]
+    assert tw["within_tolerance"] == (abs(tw["rel_diff_train_vs_baseline"]) <= tol_train
+                                      and abs(tw["rel_diff_val_vs_baseline"]) <= tol_val)
+    assert runs["bf16"]["within_tolerance"] is None and runs["bf16-seed43"]["within_tolerance"] is None
+    # the same data order and initial weights: at step 1 emulated tensorwise is within float8 error of bf16,
+    # while another seed is not
+    first = {n: records(out, n)[0]["loss"] for n in mine}
+    assert abs(first["tensorwise"] - first["bf16"]) < 0.01 * first["bf16"]
+    assert abs(first["bf16-seed43"] - first["bf16"]) > abs(first["tensorwise"] - first["bf16"])
+
+
+def test_failed_runs_show_their_log_tail_and_the_others_finish(compared):
+    out, proc, summary = compared
+    assert proc.returncode == 1, explain(proc)
+    with open(os.path.join(out, "diverge", "train.log")) as f:
+        last_line = f.read().strip().splitlines()[-1].strip()  # AdamW's overflow error (lr 1e38)
+    runs = summary["runs"]
+    assert runs["diverge"]["status"] == "failed" and runs["diverge"]["exit_code"] not in (0, None)
+    assert f"diverge: FAILED (exit {runs['diverge']['exit_code']})" in proc.stdout
+    assert last_line in proc.stdout.split("diverge: FAILED")[1] and "Error" in last_line, last_line
+    assert runs["diverge"]["log_tail"].endswith(last_line) and runs["diverge"]["final_train_loss"] is None
+    assert "typo: FAILED before starting" in proc.stdout and "float8.recipe_nam: unknown key" in proc.stdout
+    assert "tensorwise: ok" in proc.stdout.split("diverge: FAILED")[1]  # ran after the failure
+    assert runs["typo"]["status"] == "failed" and "recipe_nam" in runs["typo"]["log_tail"]
+    assert "compare: 2 run(s) failed: diverge, typo" in proc.stdout
+    # CPU runs of a float8 recipe emulate it; the command of every run is at the top of its log
+    with open(os.path.join(out, "tensorwise", "train.log")) as f:
+        head = f.readline()
+    assert "--float8.emulate=true" in head and "--float8.recipe_name=tensorwise" in head
+
+
+def test_reuse_redraws_from_complete_runs_without_training(compared):
+    out, _, first = compared
+    proc = run_compare("--config", DEBUG_TOML, "--recipes", "bf16,tensorwise", "--seeds", "2", "--nproc", "1",
+                       f"--job.dump_folder={out}", *TINY, "--reuse", timeout=200)
+    assert proc.returncode == 0, explain(proc)
+    assert proc.stdout.count("reused (complete run of the same command)") == 3 and "started" not in proc.stdout
+    with open(os.path.join(out, "summary.json")) as f:
+        again = json.load(f)["runs"]
+    for name in ("bf16", "bf16-seed43", "tensorwise"):
+        assert again[name]["reused"] is True
+        for key in ("last10_mean_train_loss", "val_loss", "tps_per_gpu_median", "rel_diff_val_vs_baseline"):
+            assert again[name][key] == first["runs"][name][key], (name, key)
+    # a run is reused only for the identical command and when complete
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("compare_cli", COMPARE)
+    cli = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = cli  # dataclasses look their module up there
+    spec.loader.exec_module(cli)
+    with open(os.path.join(out, "bf16", cli.RUN_FILE)) as f:
+        made = json.load(f)
+    run = cli.Run("bf16", "bf16", 42, made["overrides"], os.path.join(out, "bf16"), steps=STEPS)
+    assert cli.reusable(run, made["config"], 1)
+    assert not cli.reusable(run, made["config"], 2)
+    assert not cli.reusable(cli.Run("bf16", "bf16", 42, [*made["overrides"], "--optimizer.lr=1e-3"], run.dump,
+                                    steps=STEPS), made["config"], 1)
+    assert not cli.reusable(cli.Run("bf16", "bf16", 42, made["overrides"], run.dump, steps=STEPS + 1),
+                            made["config"], 1)
+
+
+def test_unknown_recipe_is_one_line_listing_the_presets(tmp_path):
+    from titan_fp8.recipes import PRESETS
+
+    proc = run_compare("--config", DEBUG_TOML, "--recipes", "bf16,fp4", f"--job.dump_folder={tmp_path}/x",
+                       timeout=120)
+    assert proc.returncode == 2
+    err = proc.stderr.strip()
+    assert "\n" not in err and "unknown recipe 'fp4'" in err and all(name in err for name in PRESETS), err
+    assert not os.path.exists(tmp_path / "x")  # nothing ran
+
+
+def test_parse_recipes():
+    from titan_fp8.recipes import RecipeError, parse_recipes
+
+    got = parse_recipes('bf16,noag:enable=true,recipe_name=tensorwise,comm.nccl_max_ctas=8,'
+                        'ctas:tensorwise,enable_fsdp_float8_all_gather=false,f:filter_fqns=["output","router"]')
+    assert [r.name for r in got] == ["bf16", "noag", "ctas", "f"]
+    assert got[0].overrides() == ["--float8.enable=false"]
+    assert got[1].overrides() == ["--float8.enable=true", "--float8.recipe_name=tensorwise",
+                                  "--comm.nccl_max_ctas=8"]
+    assert got[2].keys["float8.enable_fsdp_float8_all_gather"] == "false"  # overrides the base preset's key
+    assert got[2].keys["float8.precompute_float8_dynamic_scale_for_fsdp"] is True
+    assert got[3].overrides() == ['--float8.filter_fqns=["output","router"]']
+    for spec, part in [("bf16,bf16", "given twice"), ("x:", "sets no key"), ("enable=true", "belongs to no recipe"),
+                       ("bf16,,tensorwise", "empty item"), ("a b:enable=true", "recipe name"),
+                       ("x:tensorwize", "unknown recipe 'tensorwize'"), ("x:1bad=2", "not a key")]:
+        with pytest.raises(RecipeError) as e:
+            parse_recipes(spec)
+        assert part in str(e.value) and "\n" not in str(e.value), (spec, str(e.value))
+
+
+@pytest.mark.parametrize("name", ["bf16", "tensorwise", "tensorwise_fp8_rowwise_experts", "mxfp8_mx128",
+                                  "mxfp8_mx32_experts"])
+def test_every_preset_is_a_valid_float8_section(name):
+    """Each preset's keys are [float8] keys and the config accepts their values (2 ranks, emulated)."""
+    import dataclasses
+
+    from titan_fp8.config import Float8, load_config
+    from titan_fp8.recipes import PRESETS, parse_recipes
+
+    known = {f.name for f in dataclasses.fields(Float8)}
+    missing = set(PRESETS[name]) - known
+    assert not missing, missing
+    (recipe,) = parse_recipes(name)
+    cfg = load_config(DEBUG_TOML, [*recipe.overrides(), "--float8.emulate=true"], world_size=2)
+    for key, value in PRESETS[name].items():
+        assert getattr(cfg.float8, key) == value, key

@@ -1,0 +1,154 @@
+"""CPU checks of the CUTLASS backend's plumbing: the one-line toolchain errors, the backend switch (a named backend
+that cannot run raises, never falls back), the limits it declares, and the fake impls torch.compile traces."""
+import pytest
+import torch
+
+from kernels.grouped_gemm import (mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop, mxfp8_grouped_mm_wgrad,
+                                  pick_backend)
+from kernels.grouped_gemm import cutlass_backend as cb
+from kernels.grouped_gemm.quant import to_mxfp8_blocked
+
+
+def _one_line(msg):
+    assert "\n" not in msg, msg
+    return msg
+
+
+def test_missing_headers_is_one_line_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUTLASS_INCLUDE_DIR", str(tmp_path / "missing"))
+    with pytest.raises(cb.CutlassUnavailable) as e:
+        cb.load()
+    msg = _one_line(str(e.value))
+    assert "CUTLASS headers not found" in msg and str(tmp_path / "missing") in msg
+    assert "pip install nvidia-cutlass==4.2.0.0" in msg
+
+
+def test_missing_nvcc_is_one_line_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no_cuda"))
+    with pytest.raises(cb.CutlassUnavailable) as e:
+        cb.nvcc_path()
+    msg = _one_line(str(e.value))
+    assert "nvcc not found" in msg and str(tmp_path / "no_cuda") in msg
+
+
+def test_missing_nvcc_stops_the_build(monkeypatch, tmp_path):
+    inc = tmp_path / "inc"
+    (inc / "cutlass").mkdir(parents=True)
+    (inc / "cute").mkdir()
+    (inc / "cutlass" / "cutlass.h").write_text("")
+    (inc / "cute" / "tensor.hpp").write_text("")
+    monkeypatch.setenv("CUTLASS_INCLUDE_DIR", str(inc))
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "no_cuda"))
+    with pytest.raises(cb.CutlassUnavailable, match="nvcc not found"):
+        cb.load()
+
+
+def _fprop_operands(block=128, tile=128, K=256, N=128):
+    torch.manual_seed(0)
+    x = torch.randn(70, K)
+    w = torch.randn(2, N, K) * 0.02
+    ad, as_ = to_mxfp8_blocked(x, -1, block, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, block, tile)
+    offs = torch.tensor([30, 70], dtype=torch.int32)
+    return ad, as_, wd, ws, offs
+
+
+def test_named_cutlass_on_cpu_raises_never_falls_back():
+    ad, as_, wd, ws, offs = _fprop_operands()
+    with pytest.raises(cb.CutlassUnavailable) as e:
+        mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
+    msg = _one_line(str(e.value))
+    assert "backend='cutlass' cannot run" in msg and "cpu" in msg
+
+
+@pytest.mark.parametrize("block,tile", [(32, 128), (128, 1)])
+def test_named_cutlass_with_unsupported_granularity_raises(block, tile):
+    ad, as_, wd, ws, offs = _fprop_operands(block, tile)
+    assert "block=" in cb.unsupported_reason("fprop", block, tile, 256, 128, torch.bfloat16)
+    with pytest.raises(cb.CutlassUnavailable, match="backend='cutlass' cannot run"):
+        mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=block, w_tile=tile, backend="cutlass")
+
+
+def test_unsupported_reasons():
+    assert cb.unsupported_reason("fprop", 128, 128, 2048, 1408, torch.bfloat16) is None
+    assert cb.unsupported_reason("wgrad", 128, 128, 4096, 1408, torch.float32) is None
+    assert "multiple of 128" in cb.unsupported_reason("fprop", 128, 128, 2080, 1408, torch.bfloat16)
+    assert "multiple of 8" in cb.unsupported_reason("dgrad", 128, 128, 2048, 1404, torch.bfloat16)
+    assert "out_dtype" in cb.unsupported_reason("fprop", 128, 128, 2048, 1408, torch.float32)
+    assert cb.unsupported_reason("wgrad", 128, 128, 2048, 1408, torch.bfloat16) is None
+    assert "out_dtype" in cb.unsupported_reason("wgrad", 128, 128, 2048, 1408, torch.float16)
+    assert "a_tile" in cb.unsupported_reason("wgrad", 128, 1, 2048, 1408, torch.float32)
+
+
+def test_bad_backend_name_is_rejected():
+    ad, as_, wd, ws, offs = _fprop_operands()
+    with pytest.raises(ValueError, match="backend='cuda'.*'auto', 'triton', 'cutlass'"):
+        mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cuda")
+    with pytest.raises(ValueError, match="backend"):
+        mxfp8_grouped_mm_dgrad(*_dgrad_operands(), backend="fast")
+
+
+def _dgrad_operands():
+    torch.manual_seed(1)
+    do = torch.randn(70, 128)
+    w = torch.randn(2, 128, 256) * 0.02
+    dd, ds = to_mxfp8_blocked(do, -1, 128, 1)
+    wtd, wts = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, 128, 128)
+    return dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), torch.tensor([30, 70], dtype=torch.int32)
+
+
+def test_auto_on_cpu_is_triton(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    t = torch.empty(1, dtype=torch.float8_e4m3fn)
+    assert pick_backend("t", "fprop", "auto", t, 128, 128, 256, 128, torch.bfloat16) == "triton"
+    assert pick_backend("t", "wgrad", "auto", t, 128, 128, 256, 128, torch.float32, 128) == "triton"
+
+
+def test_wgrad_token_align_is_validated():
+    torch.manual_seed(2)
+    dt, ds = to_mxfp8_blocked(torch.randn(128, 256), -1, 128, 1)
+    xt, xs = to_mxfp8_blocked(torch.randn(256, 256), -1, 128, 128)
+    offs = torch.tensor([128, 256], dtype=torch.int32)
+    with pytest.raises(ValueError, match="token_align"):
+        mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, block=128, a_tile=128, token_align=0)
+    with pytest.raises(cb.CutlassUnavailable, match="backend='cutlass' cannot run"):
+        mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, block=128, a_tile=128, backend="cutlass", token_align=128)
+
+
+def test_cutlass_fake_impls_give_shapes():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        a = torch.empty(100, 256, dtype=torch.float8_e4m3fn)
+        sa = torch.empty(100, 8, dtype=torch.uint8)
+        b = torch.empty(3, 384, 256, dtype=torch.float8_e4m3fn)
+        sb = torch.empty(3, 384, 8, dtype=torch.uint8)
+        offs = torch.empty(3, dtype=torch.int32)
+        out = torch.ops.titan_fp8.mx128_grouped_mm_rows_cutlass(a, sa, b, sb, offs, 0)
+        assert out.shape == (100, 384) and out.dtype == torch.bfloat16
+        x = torch.empty(384, 512, dtype=torch.float8_e4m3fn)
+        sx = torch.empty(384, 16, dtype=torch.uint8)
+        y = torch.empty(256, 512, dtype=torch.float8_e4m3fn)
+        sy = torch.empty(256, 16, dtype=torch.uint8)
+        dw = torch.ops.titan_fp8.mx128_grouped_mm_wgrad_cutlass(x, sx, y, sy, offs, torch.float32, 1)
+        assert dw.shape == (3, 384, 256) and dw.dtype == torch.float32
+
+
+def test_experts_op_accepts_the_backend_names():
+    try:
+        from titan_fp8.float8.experts import mxfp8_grouped_mm
+    except ModuleNotFoundError as e:  # the package __init__ pulls in torchao
+        pytest.skip(str(e))
+    x = torch.randn(64, 256)
+    w = torch.randn(2, 128, 256)
+    offs = torch.tensor([32, 64], dtype=torch.int32)
+    with pytest.raises(ValueError, match="'cutlass'"):
+        mxfp8_grouped_mm(x, w, offs, backend="bogus")
+
+
+def test_schedule_override_is_checked(monkeypatch):
+    assert cb.schedule_id("fprop") in (0, 1)
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "pingpong")
+    assert cb.schedule_id("wgrad") == 1
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fast")
+    with pytest.raises(ValueError, match="'fast'.*cooperative, pingpong"):
+        cb.schedule_id("dgrad")

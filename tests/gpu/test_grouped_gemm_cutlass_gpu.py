@@ -1,0 +1,193 @@
+"""The CUTLASS "mx128" grouped GEMMs (kernels/grouped_gemm/cutlass_backend.py) on an sm_90 GPU against the
+float64 references, at awkward group sizes, with NaN/inf blocks, NaN padding rows and poisoned output memory.
+
+Skips without CUDA or on a GPU other than sm_90. A missing toolchain or a failed build FAILS here (it is what
+these tests are for). The first test builds the extension (~1-2 minutes).
+"""
+import pytest
+import torch
+from test_grouped_gemm_gpu import _experts, rel  # tests/gpu is on sys.path under pytest (no __init__.py)
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                                reason="needs an sm_90 (Hopper) GPU")
+
+TOL_BF16 = 3e-3
+TOL_F32 = 5e-4  # fp8 wgmma accumulates each 128-chunk with fewer mantissa bits than fp32 (test_grouped_gemm_gpu)
+AWKWARD = [0, 1, 31, 33, 127, 129, 1000, 0, 2561, 300]  # rows per expert (fprop/dgrad)
+PAD = 77  # padding rows past offs[-1]
+
+
+def offs_of(sizes):
+    return torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+
+
+def poison_allocator(nbytes):
+    """Fill a freed block with NaN bytes so a following torch.empty of the same size likely reuses it."""
+    t = torch.full((nbytes // 4 + 1,), float("nan"), device="cuda")
+    del t
+
+
+def compare_with_nan(out, ref, tol):
+    nan_out, nan_ref = torch.isnan(out), torch.isnan(ref)
+    assert torch.equal(nan_out, nan_ref), "NaN positions differ from the reference"
+    rows = ~nan_ref.any(-1)
+    assert rows.any()
+    assert rel(out[rows].float(), ref[rows]) < tol
+
+
+@pytest.fixture(params=["cooperative", "pingpong"])
+def schedule(request, monkeypatch):
+    """Both CUTLASS schedules (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", request.param)
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def ext():
+    from kernels.grouped_gemm import cutlass_backend
+    return cutlass_backend.load()  # raises CutlassUnavailable (fails the tests) when it cannot build
+
+
+# (1024, 544): fprop with a partial last column tile (its dgrad would reduce over 544: not a CUTLASS shape);
+# (544, 1024): dgrad with a partial last column tile (its fprop would reduce over 544)
+@pytest.mark.parametrize("K,N", [(2048, 1408), (512, 2816), (1024, 544), (544, 1024)])
+def test_fprop_dgrad_cutlass(ext, schedule, K, N):
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(0)
+    E, offs = len(AWKWARD), offs_of(AWKWARD)
+    M = sum(AWKWARD) + PAD
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    x[-PAD:] = float("nan")          # padding rows: never read
+    x[40, 130] = float("inf")        # one 1x128 block of a real row (group 3): NaN scale -> NaN row
+    x[200, :128] = 0                 # an all-zero block
+    x[300, 128:256] *= 1e-30         # a subnormal-range block (own scale)
+    w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+    w[8, 0, 0] = float("nan")        # one 128x128 tile of expert 8 (rows of group 8 x cols 0..127)
+    ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
+    if K % 128 == 0:
+        fprop_case(ad, as_, wd, ws, offs, M, N)
+    if N % 128 == 0:
+        dgrad_case(w, offs, M, N, K)
+
+
+def fprop_case(ad, as_, wd, ws, offs, M, N):
+    from kernels.grouped_gemm import grouped_mm_fprop_reference, mxfp8_grouped_mm_fprop
+    poison_allocator(M * N * 2)
+    out = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
+    ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
+    assert out.dtype == torch.bfloat16 and out.shape == (M, N)
+    assert torch.equal(out[-PAD:], torch.zeros_like(out[-PAD:]))
+    assert torch.isnan(out[40]).all()
+    compare_with_nan(out[:-PAD], ref[:-PAD], TOL_BF16)
+
+
+def dgrad_case(w, offs, M, N, K):
+    """W^T quantized along N as the autograd op does (contiguous [E, K, N], viewed as [E, N, K])."""
+    from kernels.grouped_gemm import grouped_mm_dgrad_reference, mxfp8_grouped_mm_dgrad
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    do = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    do[-PAD:] = float("nan")
+    do[1000, 5] = float("-inf")
+    dd, ds = to_mxfp8_blocked(do, -1, 128, 1)
+    wt = w.transpose(1, 2).contiguous()
+    wt[8] = torch.nan_to_num(wt[8])  # dgrad checks the NaN row of dO; keep its weights finite
+    wtd, wts = to_mxfp8_blocked(wt, -1, 128, 128)
+    wn, wns = wtd.transpose(1, 2), wts.transpose(1, 2)
+    poison_allocator(M * K * 2)
+    dx = mxfp8_grouped_mm_dgrad(dd, ds, wn, wns, offs, block=128, w_tile=128, backend="cutlass")
+    refd = grouped_mm_dgrad_reference(dd, ds, wn, wns, offs, out_dtype=torch.float64)
+    assert torch.equal(dx[-PAD:], torch.zeros_like(dx[-PAD:]))
+    assert torch.isnan(dx[1000]).all()
+    compare_with_nan(dx[:-PAD], refd[:-PAD], TOL_BF16)
+
+
+def test_fprop_cutlass_matches_triton_closely(ext, schedule):
+    """Same operands, two backends: equal up to fp32 summation order (bf16 output)."""
+    from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(3)
+    sizes = [512, 129, 0, 1024]
+    x = torch.randn(sum(sizes), 1024, device="cuda")
+    w = torch.randn(4, 768, 1024, device="cuda") * 0.02
+    ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
+    offs = offs_of(sizes)
+    a = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
+    b = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="triton")
+    assert rel(a, b) < 4e-3
+
+
+@pytest.mark.parametrize("sizes", [[0, 128, 1280, 256, 0, 3072, 896, 512], [8192], [0, 0, 384]])
+def test_wgrad_cutlass(ext, schedule, sizes):
+    from kernels.grouped_gemm import grouped_mm_wgrad_reference, mxfp8_grouped_mm_wgrad
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(1)
+    K, N = 1024, 1408
+    offs = offs_of(sizes)
+    real = sum(sizes)
+    M = real + 256  # two whole 128-token padding blocks, NaN: must never reach a real group
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    do = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    x[real:] = float("nan")
+    do[real:] = float("nan")
+    if real > 300:
+        x[300, 7] = float("inf")  # one 128(K) x 128(token) tile of x^T -> NaN there in that group's dW
+    xt, xs = to_mxfp8_blocked(x.t(), -1, 128, 128)
+    dt, ds = to_mxfp8_blocked(do.t(), -1, 128, 1)
+    poison_allocator(len(sizes) * N * K * 4)
+    out = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, block=128, a_tile=128, backend="cutlass")
+    ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    assert out.dtype == torch.float32 and out.shape == (len(sizes), N, K)
+    for e, s in enumerate(sizes):
+        if s == 0:
+            assert torch.equal(out[e], torch.zeros_like(out[e])), f"empty expert {e} is not zero"
+    assert torch.equal(torch.isnan(out), torch.isnan(ref))
+    if real > 300:
+        assert torch.isnan(out).any()
+    fin = ~torch.isnan(ref)
+    if ref[fin].norm() > 0:
+        assert rel(out[fin], ref[fin]) < TOL_F32
+    # bf16 output (what the autograd op asks for with bf16 weights): the same fp32 sums, rounded once
+    out16 = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, block=128, a_tile=128, backend="cutlass")
+    assert out16.dtype == torch.bfloat16
+    assert torch.equal(torch.nan_to_num(out16.float()), torch.nan_to_num(out.bfloat16().float()))
+
+
+def test_auto_picks_cutlass_for_mx128(ext):
+    from kernels.grouped_gemm import pick_backend
+    t = torch.empty(1, device="cuda", dtype=torch.float8_e4m3fn)
+    assert pick_backend("t", "fprop", "auto", t, 128, 128, 2048, 1408, torch.bfloat16) == "cutlass"
+    assert pick_backend("t", "fprop", "auto", t, 32, 128, 2048, 1408, torch.bfloat16) == "triton"
+    assert pick_backend("t", "wgrad", "auto", t, 128, 128, 4096, 1408, torch.float32) == "triton"
+    assert pick_backend("t", "wgrad", "auto", t, 128, 128, 4096, 1408, torch.float32, 128) == "cutlass"
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_autograd_op_cutlass_matches_emulated_twin(ext, compiled):
+    mxfp8_grouped_mm = _experts().mxfp8_grouped_mm
+    torch.manual_seed(2)
+    sizes = [384, 0, 768, 128]
+    T, K, N = sum(sizes) + 64, 512, 768
+    offs = offs_of(sizes)
+    x = torch.randn(T, K, device="cuda", dtype=torch.bfloat16)
+    x[-64:] = float("nan")
+    w = torch.randn(len(sizes), N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+    go = torch.randn(T, N, device="cuda", dtype=torch.bfloat16)
+    res = {}
+    for dev, backend in (("cuda", "cutlass"), ("cpu", "emulated")):
+        xr = x.detach().to(dev).clone().requires_grad_()
+        wr = w.detach().to(dev).clone().requires_grad_()
+        fn = lambda a, b, o, backend=backend: mxfp8_grouped_mm(a, b, o, granularity="mx128",  # noqa: E731
+                                                               backend=backend, token_align=128)
+        if compiled and dev == "cuda":
+            fn = torch.compile(fn)
+        out = fn(xr, wr, offs.to(dev))
+        out.backward(go.to(dev))
+        res[dev] = [t.detach().cpu() for t in (out, xr.grad, wr.grad)]
+    for a, b in zip(res["cuda"], res["cpu"]):
+        assert torch.isfinite(a).all()
+        assert rel(a, b) < 5e-3
+    assert torch.equal(res["cuda"][0][-64:], torch.zeros_like(res["cuda"][0][-64:]))
+    assert torch.equal(res["cuda"][1][-64:], torch.zeros_like(res["cuda"][1][-64:]))
+    assert torch.equal(res["cuda"][2][1], torch.zeros_like(res["cuda"][2][1]))

@@ -1,0 +1,163 @@
+"""Gluon MXFP8 grouped GEMMs (backend="gluon": true 1x32 activation/gradient scales, 128x128-tiled weight /
+128-row-tiled x^T) on an sm_90 GPU against the float64 references.
+
+Skips without an sm_90 GPU. Group sizes 0, 1, 31, 33, 127, 129 and uneven ones; NaN/inf blocks in real rows;
+padding rows poisoned with NaN (must come out as zeros in fprop/dgrad and never leak into real rows); outputs
+pre-poisoned by the allocator (torch.empty after filling the cache with NaN) so unwritten rows would show.
+Every kernel schedule (MODE 0/1/2) is checked, not just the default one.
+"""
+import pytest
+import torch
+
+pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)),
+                                reason="needs an sm_90 GPU")
+
+TOL_BF16 = 3e-3
+SIZES = [0, 1, 31, 33, 127, 129, 1000, 2431]  # E = 8; 3754 tokens
+# (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS]): the default; the wait-every-wgmma schedule;
+# 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles on one
+# warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization)
+NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
+              (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8)]
+WGRAD_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 2, 8, 4, 8, 1), (64, 128, 4, 8, 2, 8, 4, 4),
+                 (128, 128, 3, 8, 1, 4, 2, 8)]
+
+
+def rel(out, ref):
+    out, ref = out.double(), ref.double()
+    return ((out - ref).norm() / ref.norm()).item()
+
+
+def _offs(sizes):
+    return torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+
+
+def _poison_allocator():
+    # the next torch.empty calls of similar size likely reuse these NaN-filled blocks
+    t = torch.full((64 << 20,), float("nan"), device="cuda")
+    del t
+
+
+def _quant(x, block_tile):
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    return to_mxfp8_blocked(x, -1, *block_tile)
+
+
+@pytest.mark.parametrize("config", NT_CONFIGS)
+@pytest.mark.parametrize("K,N", [(512, 384), (1056, 256)])
+def test_gluon_fprop_dgrad(config, K, N):
+    from kernels.grouped_gemm import grouped_mm_dgrad_reference, grouped_mm_fprop_reference
+    from kernels.grouped_gemm.gluon_mx import launch_nt
+    torch.manual_seed(0)
+    E, pad = len(SIZES), 77
+    offs = _offs(SIZES)
+    M = sum(SIZES) + pad
+    x = torch.randn(M, K, device="cuda")
+    x[-pad:] = float("nan")
+    x[40, 64:96] = float("nan")  # a NaN block in a real row: that row's output is NaN, the others are not
+    x[41, :32] *= 1e4            # a huge block next to normal ones
+    x[42, 32:64] = 1e-30         # subnormal-range block
+    w = torch.randn(E, N, K, device="cuda") * 0.02
+    ad, as_ = _quant(x, (32, 1))
+    wd, ws = _quant(w, (32, 128))
+    _poison_allocator()
+    out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, config)
+    ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
+    assert torch.equal(out[-pad:], torch.zeros_like(out[-pad:]))
+    assert torch.isnan(out[40]).all() and torch.isfinite(out[:40]).all() and torch.isfinite(out[41:-pad]).all()
+    keep = torch.ones(M, dtype=torch.bool, device="cuda")
+    keep[40] = False
+    keep[-pad:] = False
+    assert rel(out[keep], ref[keep]) < TOL_BF16
+    # dgrad: dO [M, N] scaled along N; W^T quantized as the autograd op does (contiguous [E, K, N], 128x128)
+    do = torch.randn(M, N, device="cuda")
+    do[-pad:] = float("inf")
+    dd, ds = _quant(do, (32, 1))
+    wtd, wts = _quant(w.transpose(1, 2).contiguous(), (32, 128))
+    _poison_allocator()
+    dx = launch_nt(dd, ds, wtd, wts, offs, torch.bfloat16, config)
+    refd = grouped_mm_dgrad_reference(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs,
+                                      out_dtype=torch.float64)
+    assert torch.equal(dx[-pad:], torch.zeros_like(dx[-pad:]))
+    assert rel(dx[:-pad], refd[:-pad]) < TOL_BF16
+
+
+def test_gluon_public_api_matches_triton_backend():
+    """Through the public ops (custom ops, validation) the two backends give the same numbers up to fp32
+    summation order (the Triton path promotes in the same order: equal here up to rounding)."""
+    from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop, mxfp8_grouped_mm_wgrad
+    torch.manual_seed(3)
+    sizes = [300, 0, 777, 45]
+    offs = _offs(sizes)
+    M, K, N = 1216, 768, 512  # 94 padding rows; wgrad needs M % 32 == 0
+    x = torch.randn(M, K, device="cuda")
+    w = torch.randn(len(sizes), N, K, device="cuda") * 0.02
+    ad, as_ = _quant(x, (32, 1))
+    wd, ws = _quant(w, (32, 128))
+    o = {b: mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=32, w_tile=128, backend=b)
+         for b in ("triton", "gluon")}
+    assert rel(o["gluon"], o["triton"]) < 1e-3
+    do = torch.randn(M, N, device="cuda")
+    dd, ds = _quant(do, (32, 1))
+    wtd, wts = _quant(w.transpose(1, 2).contiguous(), (32, 128))
+    d = {b: mxfp8_grouped_mm_dgrad(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=32, w_tile=128,
+                                   backend=b) for b in ("triton", "gluon")}
+    assert rel(d["gluon"], d["triton"]) < 1e-3
+    dt, dts = _quant(do.t(), (32, 1))
+    xt, xts = _quant(x.t(), (32, 128))
+    g = {b: mxfp8_grouped_mm_wgrad(dt, dts, xt, xts, offs, block=32, a_tile=128, backend=b)
+         for b in ("triton", "gluon")}
+    assert rel(g["gluon"], g["triton"]) < 1e-4
+
+
+@pytest.mark.parametrize("config", WGRAD_CONFIGS)
+def test_gluon_wgrad(config):
+    from kernels.grouped_gemm import grouped_mm_wgrad_reference
+    from kernels.grouped_gemm.gluon_mx import launch_wgrad
+    torch.manual_seed(1)
+    K, N = 640, 384
+    cfg = config  # (BN, BK, ...): BN 64 or 128 rows of dO^T, BK 128 rows of x^T
+    offs = _offs(SIZES)
+    real = (sum(SIZES) + 31) // 32 * 32  # NaN only in whole 32-token blocks past offs[-1]
+    M = real + 64
+    x = torch.randn(M, K, device="cuda")
+    do = torch.randn(M, N, device="cuda")
+    x[real:] = float("nan")
+    do[real:] = float("nan")
+    xt, xs = _quant(x.t(), (32, 128))
+    dt, ds = _quant(do.t(), (32, 1))
+    _poison_allocator()
+    out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, cfg)
+    ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    assert torch.equal(out[0], torch.zeros_like(out[0]))  # the empty group
+    assert torch.isfinite(out).all()
+    for e in range(len(SIZES)):
+        if SIZES[e]:
+            assert rel(out[e], ref[e]) < 5e-4, e
+    out16 = launch_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, cfg)
+    assert rel(out16[1:], ref[1:]) < TOL_BF16
+
+
+def test_experts_op_routes_to_gluon():
+    """titan_fp8.float8.experts.mxfp8_grouped_mm(..., backend="gluon") (quantization + the three GEMMs, autograd)
+    equals the Triton backend's op up to fp32 summation order."""
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "titan_fp8", "float8", "experts.py")
+    spec = importlib.util.spec_from_file_location("_experts_for_gluon_test", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(4)
+    sizes = [300, 0, 777, 45]
+    offs = _offs(sizes)
+    x = torch.randn(sum(sizes) + 50, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(len(sizes), 768, 512, device="cuda", dtype=torch.bfloat16) * 0.02
+    go = torch.randn(x.shape[0], 768, device="cuda", dtype=torch.bfloat16)
+    res = {}
+    for b in ("triton", "gluon"):
+        xr, wr = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = mod.mxfp8_grouped_mm(xr, wr, offs, granularity="mx32", backend=b)
+        out.backward(go)
+        res[b] = (out, xr.grad, wr.grad)
+    for a, t in zip(res["gluon"], res["triton"]):
+        assert torch.isfinite(a).all() and rel(a, t) < 2e-3
