@@ -202,13 +202,17 @@ def pick_backend(who, pass_, backend, t, block, tile, reduction, out_cols, out_d
         if reason is not None:
             raise cb.CutlassUnavailable(f"{who}: backend='cutlass' cannot run: {reason}")
         return "cutlass"
-    choice = "triton" if reason else "cutlass"
-    # not while torch.compile traces: a logging call there is a graph break, which made dynamo run a whole
-    # compiled autograd op around these GEMMs eagerly (the fused MoE expert op, benchmarks/moe_layer.py run 2)
+    return _log_auto(pass_, "triton" if reason else "cutlass", reason,
+                     "CUTLASS sm_90a blockwise, the fastest measured for mx128")
+
+
+def _log_auto(pass_, choice, reason, why):
+    """Say once per (pass, choice, reason) what "auto" picked. Not while torch.compile traces: a logging call
+    there is a graph break, which made dynamo run a whole compiled autograd op around these GEMMs eagerly (the
+    fused MoE expert op, benchmarks/moe_layer.py run 2)."""
     if not torch.compiler.is_compiling() and (pass_, choice, reason) not in _logged:
         _logged.add((pass_, choice, reason))
-        _log.info("mxfp8 grouped GEMM %s: backend 'auto' -> %s%s", pass_, choice,
-                     f" ({reason})" if reason else " (CUTLASS sm_90a blockwise, the fastest measured for mx128)")
+        _log.info("mxfp8 grouped GEMM %s: backend 'auto' -> %s (%s)", pass_, choice, reason or why)
     return choice
 
 
@@ -225,12 +229,8 @@ def _pick_gluon(who, pass_, backend, t, tile):
         if reason is not None:
             _fail(who, f"backend='gluon' cannot run: {reason}")
         return "gluon"
-    choice = "triton" if reason else "gluon"
-    if not torch.compiler.is_compiling() and (pass_, choice, reason) not in _logged:
-        _logged.add((pass_, choice, reason))
-        _log.info("mxfp8 grouped GEMM %s: backend 'auto' -> %s%s", pass_, choice,
-                  f" ({reason})" if reason else " (Gluon sm_90, the fastest measured for 1x32 blocks)")
-    return choice
+    return _log_auto(pass_, "triton" if reason else "gluon", reason,
+                     "Gluon sm_90, the fastest measured for 1x32 blocks")
 
 
 # ------------------------------------------------------------------------------------------ launchers
