@@ -89,7 +89,12 @@ class LRScheduler:
 
 @dataclass(frozen=True)
 class Parallelism:
-    data_parallel_shard_degree: int = -1  # -1: all ranks; a divisor of the world gives HSDP (replicate x shard)
+    """torchtitan's names. replicate x shard == world size; -1 on one of them means "the rest". replicate > 1 is
+    HSDP: a 2-D (dp_replicate, dp_shard) mesh, each replica group sharding its weights with FSDP2 (put the shard
+    group inside a node, the replicas across nodes)."""
+
+    data_parallel_replicate_degree: int = 1
+    data_parallel_shard_degree: int = -1
 
 
 @dataclass(frozen=True)
@@ -150,6 +155,16 @@ class JobConfig:
     # Where it came from (for messages and the log); not a TOML key.
     source: str = "<defaults>"
     world_size: int = 1
+
+    @property
+    def dp_degrees(self) -> tuple[int, int]:
+        """(replicate, shard) with -1 resolved against world_size (validated when the config loaded)."""
+        r, s = self.parallelism.data_parallel_replicate_degree, self.parallelism.data_parallel_shard_degree
+        if r == -1:
+            return self.world_size // s, s
+        if s == -1:
+            return r, self.world_size // r
+        return r, s
 
     @property
     def checkpoint_folder(self) -> str:
@@ -421,9 +436,7 @@ def _validate(cfg: JobConfig, where) -> None:
     need(s.decay_type in ("cosine", "linear", "constant"), "lr_scheduler", "decay_type",
          "allowed: 'cosine', 'linear', 'constant'")
     need(0 <= s.min_lr_factor <= 1, "lr_scheduler", "min_lr_factor", "must be in [0, 1]")
-    d = cfg.parallelism.data_parallel_shard_degree
-    need(d == -1 or (d >= 1 and cfg.world_size % d == 0), "parallelism", "data_parallel_shard_degree",
-         f"allowed: -1 (all ranks) or a divisor of the world size {cfg.world_size}")
+    _validate_parallelism(cfg, where, need)
     c = cfg.checkpoint
     need(c.interval >= 1, "checkpoint", "interval", "must be >= 1")
     need(c.folder.strip() != "", "checkpoint", "folder", "give a folder path")
@@ -440,6 +453,22 @@ def _validate(cfg: JobConfig, where) -> None:
     need(n is None or 1 <= n <= 64, "comm", "nccl_max_ctas", "must be in [1, 64] (NCCL's range)")
     _validate_float8(cfg, where)
     _validate_model(cfg, where)
+
+
+def _validate_parallelism(cfg: JobConfig, where, need) -> None:
+    """data_parallel_replicate_degree x data_parallel_shard_degree == world size, at most one of them -1."""
+    p, world = cfg.parallelism, cfg.world_size
+    for key in ("data_parallel_replicate_degree", "data_parallel_shard_degree"):
+        d = getattr(p, key)
+        need(d == -1 or (d >= 1 and world % d == 0), "parallelism", key,
+             f"allowed: -1 (the rest of the ranks) or a divisor of the world size {world}")
+    r, s = p.data_parallel_replicate_degree, p.data_parallel_shard_degree
+    need(not (r == -1 and s == -1), "parallelism", "data_parallel_replicate_degree",
+         "at most one of data_parallel_replicate_degree and data_parallel_shard_degree may be -1 (the rest)")
+    if r != -1 and s != -1 and r * s != world:
+        raise ConfigError(f"{where('parallelism', 'data_parallel_shard_degree')} = {s} with "
+                          f"data_parallel_replicate_degree = {r} gives {r * s} ranks, but the world size is {world}; "
+                          f"replicate x shard must equal it (set one of them to -1: the rest)")
 
 
 def _validate_float8(cfg: JobConfig, where) -> None:

@@ -27,11 +27,19 @@ def apply_comm_env(cfg: JobConfig) -> str:
 
 
 def build_mesh(cfg: JobConfig, device_type: str, world_size: int) -> DeviceMesh:
-    """1-D ("dp_shard") mesh for FSDP; with a shard degree below the world, 2-D (dp_replicate, dp_shard) = HSDP."""
-    shard = cfg.parallelism.data_parallel_shard_degree
-    if shard == -1 or shard == world_size:
-        return init_device_mesh(device_type, (world_size,), mesh_dim_names=("dp_shard",))
-    return init_device_mesh(device_type, (world_size // shard, shard), mesh_dim_names=("dp_replicate", "dp_shard"))
+    """1-D ("dp_shard") mesh for FSDP; with data_parallel_replicate_degree > 1, 2-D (dp_replicate, dp_shard) = HSDP.
+
+    Rank r sits at (r // shard, r % shard): the shard groups are runs of consecutive ranks, i.e. inside a node
+    when torchrun numbers a node's processes consecutively, and the replicas span nodes. Under HSDP FSDP2
+    all-gathers parameters (float8 included: the pre-all-gather hook gets the shard sub-mesh) and reduce-scatters
+    gradients inside the shard group, then all-reduces the gradient shards across the replicate group; the float8
+    AMAX all-reduce also stays in the shard group (weights.py `shard_group`)."""
+    if world_size != cfg.world_size:
+        raise ValueError(f"build_mesh: {world_size} ranks but the config was validated for {cfg.world_size}")
+    replicate, shard = cfg.dp_degrees
+    if replicate == 1:
+        return init_device_mesh(device_type, (shard,), mesh_dim_names=("dp_shard",))
+    return init_device_mesh(device_type, (replicate, shard), mesh_dim_names=("dp_replicate", "dp_shard"))
 
 
 # Ops whose outputs selective activation checkpointing keeps; everything else in a block is recomputed.

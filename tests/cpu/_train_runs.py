@@ -1,5 +1,5 @@
-"""Helpers that run launch/train.py in subprocesses (1 process, or 2 over gloo via torchrun) and read what
-they wrote. Runs are cached per pytest session so test files can share them (the 2-core CI is slow to
+"""Helpers that run launch/train.py in subprocesses (1 process, N over gloo via torchrun, or two torchrun agents
+as two "nodes" on 127.0.0.1) and read what they wrote. Runs are cached per pytest session so test files can share them (the 2-core CI is slow to
 start distributed processes)."""
 
 from __future__ import annotations
@@ -7,10 +7,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+HERE_TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE_TESTS))
 TRAIN = os.path.join(ROOT, "launch", "train.py")
 DEBUG_TOML = os.path.join(ROOT, "train_configs", "debug_moe.toml")
 
@@ -27,21 +31,71 @@ METRIC_KEYS = {"step", "loss", "grad_norm", "lr", "tps_per_gpu", "tflops_per_gpu
                "data_wait_share"}
 
 
+def _env(env: dict | None) -> dict:
+    return dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(env or {}))
+
+
 def run_train(dump: str, nproc: int, extra: list[str] = (), env: dict | None = None, timeout: int = 240,
-              config: str = DEBUG_TOML) -> subprocess.CompletedProcess:
+              config: str = DEBUG_TOML, script: str = TRAIN) -> subprocess.CompletedProcess:
+    """`script` (launch/train.py, or a test wrapper taking the same arguments) on 1 process or `nproc` torchrun
+    workers on this machine."""
     args = ["--config", config, f"--job.dump_folder={dump}", *extra]
     if nproc == 1:
-        cmd = [sys.executable, TRAIN, *args]
+        cmd = [sys.executable, script, *args]
     else:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               TRAIN, *args]
-    full_env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **(env or {}))
-    return subprocess.run(cmd, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout)
+               script, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(env), capture_output=True, text=True, timeout=timeout)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_train_nodes(dump: str, nnodes: int, nproc_per_node: int, extra: list[str] = (), timeout: int = 240,
+                    config: str = DEBUG_TOML) -> list[subprocess.CompletedProcess]:
+    """`nnodes` torchrun agents on 127.0.0.1, each one "node" of `nproc_per_node` workers, meeting through the
+    c10d rendezvous as a multi-node job does (the agent of node 0 hosts the store). Loopback only. On a timeout
+    every agent's process group is killed, and the timeout re-raised."""
+    port = free_port()
+    args = ["--config", config, f"--job.dump_folder={dump}", *extra]
+    env = _env({"GLOO_SOCKET_IFNAME": "lo"})  # gloo's sockets on loopback, whatever the hostname resolves to
+    procs = []
+    for node in range(nnodes):
+        cmd = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}",
+               f"--nproc-per-node={nproc_per_node}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}",
+               f"--rdzv-id=titan-fp8-test-{port}", f"--rdzv-conf=is_host={'true' if node == 0 else 'false'},"
+               f"join_timeout={timeout}", "--local-addr=127.0.0.1", "--max-restarts=0", TRAIN, *args]
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True))
+    done = []
+    deadline = time.monotonic() + timeout
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    return done
 
 
 def metrics(dump: str) -> list[dict]:
     with open(os.path.join(dump, "metrics.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def assert_same_steps(ref: list[dict], got: list[dict], rel: float = 1e-5, keys=("loss", "grad_norm")) -> None:
+    """Step for step, every key of `got` matches `ref` to a relative difference below `rel`."""
+    assert [r["step"] for r in ref] == [r["step"] for r in got], ([r["step"] for r in ref], [r["step"] for r in got])
+    for a, b in zip(ref, got):
+        for key in keys:
+            diff = abs(a[key] - b[key]) / abs(a[key])
+            assert diff < rel, f"step {a['step']} {key}: reference {a[key]} vs {b[key]} (rel {diff:.2e})"
 
 
 def checkpoint_steps(dump: str) -> list[str]:

@@ -82,6 +82,13 @@ def test_nested_model_table(tmp_path):
     ("[comm]\nnccl_max_ctas = 0\n", [], ["[comm] nccl_max_ctas = 0", "[1, 64]"]),
     ("[parallelism]\ndata_parallel_shard_degree = 3\n", [], ["data_parallel_shard_degree = 3",
                                                              "divisor of the world size 4"]),
+    ("[parallelism]\ndata_parallel_replicate_degree = 3\n", [], ["data_parallel_replicate_degree = 3",
+                                                                 "divisor of the world size 4"]),
+    ("[parallelism]\ndata_parallel_shard_degree = 2\n", [], ["data_parallel_shard_degree = 2 with "
+                                                             "data_parallel_replicate_degree = 1 gives 2 ranks",
+                                                             "world size is 4", "-1"]),
+    ("", ["--parallelism.data_parallel_replicate_degree=-1"], ["data_parallel_replicate_degree = -1",
+                                                                "at most one of", "may be -1"]),
     ("[training]\ndataset = \"/nonexistent/x.bin\"\n", [], ["[training] dataset", "file not found"]),
     ("[training]\ndataset = \"corpus.txt\"\n", [], ["[training] dataset", "'stdlib' or a path to a .bin"]),
     ("[training\nsteps = 1\n", [], ["not valid TOML"]),
@@ -210,3 +217,11 @@ def test_expert_dims_that_do_not_fit_the_moe_granularity_are_a_start_up_config_e
         build_model(cfg, torch.device("cpu"), lambda *a: None)
     ok = load_config("train_configs/debug_moe.toml", over + ["--float8.moe_granularity=mx32"], world_size=1)
     build_model(ok, torch.device("cpu"), lambda *a: None)
+
+
+@pytest.mark.parametrize("replicate, shard, want", [(1, -1, (1, 4)), (2, -1, (2, 2)), (-1, 2, (2, 2)),
+                                                    (4, 1, (4, 1)), (-1, 4, (1, 4)), (2, 2, (2, 2))])
+def test_hsdp_degrees_resolve_to_the_world(tmp_path, replicate, shard, want):
+    path = write(tmp_path, f"[parallelism]\ndata_parallel_replicate_degree = {replicate}\n"
+                           f"data_parallel_shard_degree = {shard}\n")
+    assert load_config(path, world_size=4).dp_degrees == want

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from _train_runs import METRIC_KEYS, baseline_two_ranks, metrics, one_rank
+from _train_runs import METRIC_KEYS, assert_same_steps, baseline_two_ranks, metrics, one_rank
 
 
 @pytest.fixture(scope="module")
@@ -26,11 +26,9 @@ def runs(tmp_path_factory):
 
 def test_two_ranks_match_one_rank_step_for_step(runs):
     one, two, _ = runs
-    assert [r["step"] for r in one] == [r["step"] for r in two] == list(range(1, 7))
+    assert [r["step"] for r in one] == list(range(1, 7))
+    assert_same_steps(one, two)
     for a, b in zip(one, two):
-        for key in ("loss", "grad_norm"):
-            rel = abs(a[key] - b[key]) / abs(a[key])
-            assert rel < 1e-5, f"step {a['step']} {key}: 1 rank {a[key]} vs 2 ranks {b[key]} (rel {rel:.2e})"
         assert a["lr"] == pytest.approx(b["lr"], rel=1e-12)
     # the comparison means something only if training moved the weights
     assert abs(one[-1]["loss"] - one[0]["loss"]) > 1e-2
@@ -61,14 +59,15 @@ def test_two_ranks_log_once_and_validate_alike(tmp_path_factory):
 
 
 def test_hsdp_matches_one_rank(tmp_path_factory, runs):
-    """data_parallel_shard_degree = 1 on 2 ranks: a (replicate 2, shard 1) mesh, i.e. HSDP. Same numbers."""
+    """replicate 2 x shard 1 on 2 ranks: a (dp_replicate, dp_shard) = (2, 1) mesh, i.e. HSDP. Same numbers.
+    (4 ranks as 2 x 2, and two "nodes": test_hsdp.py.)"""
     from _train_runs import TINY, explain, run_train
 
     one, _, _ = runs
     dump = str(tmp_path_factory.mktemp("hsdp"))
-    proc = run_train(dump, 2, [*TINY, "--training.local_batch_size=2", "--parallelism.data_parallel_shard_degree=1"])
+    proc = run_train(dump, 2, [*TINY, "--training.local_batch_size=2",
+                               "--parallelism.data_parallel_replicate_degree=2",
+                               "--parallelism.data_parallel_shard_degree=1"])
     assert proc.returncode == 0, explain(proc)
     assert "('dp_replicate', 'dp_shard')" in proc.stdout
-    for a, b in zip(one, metrics(dump)):
-        for key in ("loss", "grad_norm"):
-            assert abs(a[key] - b[key]) / abs(a[key]) < 1e-5, (a["step"], key, a[key], b[key])
+    assert_same_steps(one, metrics(dump))

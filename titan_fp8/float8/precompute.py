@@ -4,7 +4,8 @@ After `optimizer.step()` (and once after `parallelize`, so step 1 pays no all-re
   1. local amax of every float8 weight shard that needs a replicated scale: tensorwise Linear weights (one
      multi-tensor kernel, torch._foreach_norm ord=inf) and expert weights whose scale groups straddle FSDP
      shards (one amax per group: per expert, or per 128x128 tile; expert_weights.py);
-  2. ONE all_reduce(MAX) of all of them concatenated;
+  2. ONE all_reduce(MAX) of all of them concatenated, over the shard group only (HSDP: replicas hold equal
+     weights, so equal amax; weights.py `shard_group`);
   3. the scales (or group amax) kept on each module.
 FSDP2's pre-all-gather then casts the shard with them (weights.py, expert_weights.py). Nothing else is kept:
 caching the cast shards instead would hold 1 byte per local parameter for the whole step (measured +0.79 GiB

@@ -84,13 +84,6 @@ class ScaleGroup:
 _warned_stale = [False]
 
 
-def _mesh_group(mesh):
-    if mesh.ndim != 1:
-        raise NotImplementedError(f"float8 all-gather: FSDP mesh has {mesh.ndim} dims; only 1-D meshes are "
-                                  f"supported (HSDP is not)")
-    return mesh.get_group()
-
-
 def linear_mm_config(emulate: bool):
     """torchao's LinearMMConfig for the tensorwise / rowwise GEMMs (None without torchao): fast accumulation in
     the forward GEMM only (torchao's default: gradients keep full accumulation)."""
@@ -164,6 +157,7 @@ class Float8TrainingWeight(torch.Tensor):
 
     # ------------------------------------------------------------------------------------------ FSDP2
     def fsdp_pre_all_gather(self, mesh, outer_size, outer_stride, module, mp_policy):
+        # `mesh` is FSDP2's shard mesh (HSDP: the dp_shard sub-mesh), so `world` is the shard group's size
         world = mesh.size()
         padded_rows = math.ceil(outer_size[0] / world)
         if self._config.recipe_name == "mxfp8":
@@ -296,16 +290,16 @@ def compute_scales(entries, check_finite: bool = False) -> None:
 
 
 def shard_group(w):
-    """The process group over which the weight is sharded (HSDP: the shard dim; replicas hold equal weights,
-    so their amax is the same and needs no reduction)."""
+    """The process group over which the weight is sharded: the group of its one Shard placement's mesh dim (1-D
+    FSDP: the whole mesh; HSDP (dp_replicate, dp_shard): the dp_shard group). The AMAX all-reduce spans exactly
+    these ranks and no more: across the replicate dim every replica holds the same weights (FSDP2 all-reduces
+    the gradient shards across replicas, so the optimizer steps keep them equal), hence the same amax."""
     from torch.distributed.tensor import Shard
     mesh = w.device_mesh
     dims = [i for i, p in enumerate(w.placements) if isinstance(p, Shard)]
-    if mesh.ndim == 1:
-        return _mesh_group(mesh)
     if len(dims) != 1:
-        raise NotImplementedError(f"precompute_float8_dynamic_scale_for_fsdp: weight placements {w.placements} on a "
-                                  f"{mesh.ndim}-D mesh; expected exactly one sharded mesh dim")
+        raise NotImplementedError(f"float8 AMAX all-reduce: weight placements {w.placements} on a {mesh.ndim}-D mesh "
+                                  f"{mesh.mesh_dim_names}; expected exactly one sharded mesh dim (FSDP or HSDP)")
     return mesh.get_group(dims[0])
 
 

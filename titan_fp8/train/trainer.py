@@ -93,9 +93,8 @@ def build_model(cfg: JobConfig, device: torch.device, log):
             raise ConfigError(f"{cfg.source}: [float8] {e}") from None
         if f8["enable_fsdp_float8_all_gather"]:
             # a flag that cannot be honoured is a start-up error, not a failure inside the first all-gather
-            shard = cfg.parallelism.data_parallel_shard_degree
-            try:
-                check_float8_all_gather(model, cfg.world_size if shard == -1 else shard)
+            try:  # weights are gathered over the shard group only (HSDP: not across replicas)
+                check_float8_all_gather(model, cfg.dp_degrees[1])
             except ValueError as e:
                 raise ConfigError(f"{cfg.source}: [float8] {e}") from None
         log(f"float8: converted with {f8}")
@@ -142,6 +141,8 @@ def run(cfg: JobConfig, log=print) -> dict:
     optimizer = build_optimizer(model, cfg.optimizer, device)
     scheduler = build_lr_scheduler(optimizer, cfg.lr_scheduler, t.steps)
     vocab_size = cfg.model_args().vocab_size
+    # Every rank is a data-parallel rank (HSDP too: replicas and shards all see different rows), so the loader
+    # shards by global rank; the 1-D / 2-D mesh only decides where weights and gradients travel.
     data = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, t.seed, vocab_size)
     val_data, val_batches = None, 0
     if cfg.validation.enable:
