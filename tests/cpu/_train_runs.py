@@ -1,6 +1,6 @@
 """Helpers that run launch/train.py in subprocesses (1 process, N over gloo via torchrun, or two torchrun agents
-as two "nodes" on 127.0.0.1) and read what they wrote. Runs are cached per pytest session so test files can share them (the 2-core CI is slow to
-start distributed processes)."""
+as two "nodes" on 127.0.0.1) and read what they wrote. Runs are cached per pytest session so test files can
+share them (the 2-core CI is slow to start distributed processes)."""
 
 from __future__ import annotations
 
