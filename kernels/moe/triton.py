@@ -177,11 +177,10 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
 
 # ----------------------------------------------------------------------------------------- kernels
 @triton.jit
-def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
-               MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
-               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1):
-    # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
-    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features
+def _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H, MODE: tl.constexpr, K: tl.constexpr,
+                 BM: tl.constexpr, BD: tl.constexpr, IS_BF16: tl.constexpr):
+    """This program's BM x BD tile of the values to quantize (and, MODE 1, its partial dots stored to dot [C/BD, P]);
+    shared by the one-pass MX kernel and the rowwise first pass."""
     pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
     rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
     cols = pid_d * BD + tl.arange(0, BD)
@@ -190,6 +189,17 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     v, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16)
     if MODE == 1:
         tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
+    return pid_m, pid_d, rows, cols, rmask, cmask, v
+
+
+@triton.jit
+def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
+               MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
+               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1):
+    # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
+    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features
+    pid_m, pid_d, rows, cols, rmask, cmask, v = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H,
+                                                              MODE, K, BM, BD, IS_BF16)
     mask = rmask[:, None] & cmask[None, :]
     # rows: blocks of QB along the features
     xr = tl.reshape(v, [BM, BD // QB, QB])
@@ -232,14 +242,8 @@ def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot
     # fp8_rowwise pass 1 over BM x BD tiles: int32 bits of max |value| (NaN as inf) per row (ramax [P]) and per
     # (expert group, column) (gamax [E + 1, C]; row E: rows past offs[-1]), by relaxed atomic max (order-free:
     # deterministic); dot [C/BD, P] partial dots (MODE 1).
-    pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
-    rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
-    cols = pid_d * BD + tl.arange(0, BD)
-    rmask = rows < P
-    cmask = cols < C
-    v, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16)
-    if MODE == 1:
-        tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
+    pid_m, pid_d, rows, cols, rmask, cmask, v = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H,
+                                                              MODE, K, BM, BD, IS_BF16)
     ab = tl.minimum(v.to(tl.int32, bitcast=True) & 0x7FFFFFFF, 0x7F800000)
     tl.atomic_max(ramax_ptr + rows, tl.max(ab, 1), mask=rmask, sem="relaxed")
     g = _group_of(offs_ptr, E, rows, E_PAD)

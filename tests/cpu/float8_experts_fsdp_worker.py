@@ -20,7 +20,7 @@ for _p in (ROOT, HERE):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from float8_fsdp_worker import Counter  # noqa: E402  (bytes at FSDP2's all-gather entry points, MAX all-reduces)
+from float8_fsdp_worker import Counter, save_and_finish, spawn_two  # noqa: E402  (bytes at FSDP2's all-gather entry points, MAX all-reduces)
 
 # w13 [E, 192, 192], w2 [E, 192, 96]: several 128x128 tiles per expert, partial edge tiles, and with Shard(1)
 # (96 rows per rank) tiles that straddle the two shards
@@ -280,12 +280,8 @@ def main(rank, world, init_file, out_dir):
             r[f"moe_{E}_nopre"] = moe_train(recipe, gran, E, True)
             r[f"moe_{E}_noag"] = moe_train(recipe, gran, E, False)
         results[key] = r
-    torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.barrier()
-    dist.destroy_process_group()
+    save_and_finish(results, out_dir, rank)
 
 
 if __name__ == "__main__":
-    import torch.multiprocessing as mp
-    out_dir = sys.argv[1]
-    mp.spawn(main, args=(2, os.path.join(out_dir, "init"), out_dir), nprocs=2, join=True)
+    spawn_two(main)

@@ -269,12 +269,22 @@ def main(rank, world, init_file, out_dir):
     ck = os.path.join(out_dir, "dcp")
     results["dcp"] = dcp_roundtrip(ag_pre, ck)
     results["mxfp8"] = mxfp8_gather(out_dir)
+    save_and_finish(results, out_dir, rank)
+
+
+def save_and_finish(results, out_dir, rank):
+    """Each rank writes its results for the test to read, then leaves the process group together."""
     torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
 
 
-if __name__ == "__main__":
+def spawn_two(main):
+    """Run main(rank, 2, init_file, out_dir) on 2 processes, out_dir from the command line."""
     import torch.multiprocessing as mp
     out_dir = sys.argv[1]
     mp.spawn(main, args=(2, os.path.join(out_dir, "init"), out_dir), nprocs=2, join=True)
+
+
+if __name__ == "__main__":
+    spawn_two(main)
