@@ -90,6 +90,9 @@ def parse_args(argv: list[str]):
     p.add_argument("--steps", type=int, help="[training] steps for every run")
     p.add_argument("--seeds", type=int, default=1, help="runs of the baseline with seeds s, s+1, ... (default 1)")
     p.add_argument("--nproc", type=int, help="processes per run (default: every GPU; 1 on CPU)")
+    p.add_argument("--runs-per-gpu", type=int, default=1,
+                   help="runs sharing each GPU (slot) at once (default 1); >1 only for loss parity: the runs then "
+                        "slow each other, so their tokens/s is no speed comparison (summary says so)")
     p.add_argument("--reuse", action="store_true",
                    help="keep runs already complete in the dump folder with the identical command")
     return p.parse_known_args(argv)
@@ -102,8 +105,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         recipes = parse_recipes(args.recipes)
     except RecipeError as e:
         return _fail(str(e))
-    if args.seeds < 1 or (args.nproc is not None and args.nproc < 1) or (args.steps is not None and args.steps < 1):
-        return _fail("--seeds, --nproc and --steps must be >= 1")
+    if (args.seeds < 1 or args.runs_per_gpu < 1 or (args.nproc is not None and args.nproc < 1)
+            or (args.steps is not None and args.steps < 1)):
+        return _fail("--seeds, --runs-per-gpu, --nproc and --steps must be >= 1")
     if args.steps is not None:
         overrides = [*overrides, f"--training.steps={args.steps}"]
     try:
@@ -127,7 +131,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     runs = plan_runs(args.config, overrides, recipes, args.seeds, base.training.seed, nproc, out, gpus)
     baseline = baseline_of(recipes)
     slots = [list(range(i * nproc, (i + 1) * nproc)) for i in range(max(1, gpus // nproc))] if gpus else [[]]
-    where = (f"{len(slots)} at a time, {nproc} GPU(s) each" if gpus else f"on CPU, one at a time, {nproc} process(es)")
+    slots = slots * args.runs_per_gpu if gpus else slots  # K runs share each slot's GPUs
+    where = (f"{len(slots)} at a time, {nproc} GPU(s) each" + (f", {args.runs_per_gpu} per GPU" if
+             args.runs_per_gpu > 1 else "") if gpus else f"on CPU, one at a time, {nproc} process(es)")
     print(f"compare: {len(runs)} run(s) of {args.config} ({where}); baseline {baseline}; into {out}", flush=True)
 
     execute(runs, args.config, nproc, slots, args.reuse)
@@ -393,6 +399,7 @@ def summarize(runs: list[Run], baseline: str, args, nproc: int, gpus: int, out: 
         "device": device,
         "gpus": gpus,
         "nproc_per_run": nproc,
+        "runs_per_gpu": args.runs_per_gpu if gpus else 1,
         "torch": torch.__version__,
         "git_commit": _git_commit(),
         "dump_folder": out,
@@ -471,6 +478,9 @@ def summary_markdown(summary: dict, runs: list[Run]) -> str:
         f"- baseline: {summary['baseline']}; tolerance: {100 * summary['tolerance_rel']:.1f}% relative or the "
         "baseline's seed-to-seed difference, whichever is larger",
     ]
+    if summary.get("runs_per_gpu", 1) > 1:
+        lines.append(f"- {summary['runs_per_gpu']} runs shared each GPU at once (loss parity only): their tokens/s, "
+                     "speedup and MFU are NOT a speed comparison")
     sd = summary["baseline_seed_diff"]
     if sd:
         lines.append(f"- baseline seed-to-seed difference: last-10% mean train loss "
@@ -597,7 +607,9 @@ def plot_throughput(summary: dict, path: str) -> None:
     for ax in (tps_ax, mem_ax):
         ax.tick_params(axis="x", rotation=20)
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle(f"{summary['device'] or 'device n/a'}, {summary['nproc_per_run']} process(es) per run")
+    shared = summary.get("runs_per_gpu", 1)
+    fig.suptitle(f"{summary['device'] or 'device n/a'}, {summary['nproc_per_run']} process(es) per run"
+                 + (f"; {shared} runs shared each GPU: NOT a speed comparison" if shared > 1 else ""))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
