@@ -5,7 +5,9 @@
 
 Every run gets the same config, seed and data order; only the recipe's keys differ (presets and the ad-hoc
 `name:key=value,...` syntax: titan_fp8/recipes.py). `--seeds N` runs the baseline (bf16, else the first
-recipe) N times with seeds s, s+1, ...: their difference is the noise floor a float8 recipe is held to.
+recipe) N times with seeds s, s+1, ... and the data order of seed s (`[training] data_seed`), so they differ
+only in initialization: their difference is the noise floor a float8 recipe is held to. Every run is validated
+on the same held-out batches.
 Runs use `--nproc` processes each (default: every GPU; 1 on CPU, where float8 recipes get emulate = true),
 through torchrun when more than one; with --nproc 1 on a host with G GPUs, G runs go at once, one per GPU.
 Checkpointing is off in every run, so each starts from step 0. `--reuse` keeps a run whose subfolder
@@ -177,6 +179,8 @@ def plan_runs(config: str, overrides: list[str], recipes, seeds: int, seed0: int
             dump = os.path.join(out, name)
             ovr = [*overrides, *recipe.overrides(), f"--training.seed={seed0 + k}", f"--job.dump_folder={dump}",
                    "--checkpoint.enable=false"]
+            if k:  # same batches as the other runs: the seed changes the initialization only
+                ovr.append(f"--training.data_seed={seed0}")
             run = Run(name, recipe.name, seed0 + k, ovr, dump)
             try:
                 cfg = load_config(config, ovr, world_size=nproc)

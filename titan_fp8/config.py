@@ -55,7 +55,10 @@ class Training:
     seq_len: int = 256
     steps: int = 100
     max_norm: float = 1.0  # grad-norm clipping; 0 disables clipping (the norm is still measured)
-    seed: int = 42
+    seed: int = 42  # initialization, and the training batch order unless data_seed is set
+    # Training batch order; None: `seed`. compare.py's extra baseline seeds keep it at the first seed, so the
+    # seed-to-seed difference they measure is the noise of initialization, on the data every recipe sees.
+    data_seed: Optional[int] = None
     skip_nonfinite_steps: bool = False
     dataset: str = "stdlib"  # "stdlib" or a path to a .bin token file with a <file>.json sidecar
 
@@ -63,7 +66,8 @@ class Training:
 @dataclass(frozen=True)
 class Validation:
     """Loss on the held-out split of [training] dataset (torchtitan's names). The same validation batches are
-    used every time, so the curve is comparable across steps; validating touches no training state."""
+    used every time and by every run, whatever its seed (data.VALIDATION_SEED), so the curve is comparable
+    across steps and across runs; validating touches no training state."""
 
     enable: bool = False
     freq: int = 10  # validate every `freq` steps, and at the last step
@@ -418,6 +422,7 @@ def _validate(cfg: JobConfig, where) -> None:
     need(t.steps >= 1, "training", "steps", "must be >= 1")
     need(t.max_norm >= 0, "training", "max_norm", "must be >= 0 (0 disables clipping)")
     need(0 <= t.seed < 2**63, "training", "seed", "must be in [0, 2**63)")
+    need(t.data_seed is None or 0 <= t.data_seed < 2**63, "training", "data_seed", "must be in [0, 2**63)")
     if t.dataset != "stdlib":
         need(t.dataset.endswith(".bin"), "training", "dataset", "allowed: 'stdlib' or a path to a .bin token file")
         need(os.path.isfile(t.dataset), "training", "dataset", "file not found (expected a .bin token file)")

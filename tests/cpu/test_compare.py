@@ -70,6 +70,10 @@ def test_summary_numbers_equal_those_from_metrics_jsonl(compared):
     assert summary["baseline"] == "bf16" and summary["tolerance_rel"] == 0.005
     runs = summary["runs"]
     assert [n for n in runs] == ["bf16", "bf16-seed43", "diverge", "tensorwise", "typo"]
+    # the extra seed changes the initialization only: same training batches as every other run
+    assert "--training.seed=43" in runs["bf16-seed43"]["overrides"]
+    assert "--training.data_seed=42" in runs["bf16-seed43"]["overrides"]
+    assert not any(o.startswith("--training.data_seed") for o in runs["bf16"]["overrides"])
     mine = {}
     for name in ("bf16", "bf16-seed43", "tensorwise"):
         recs = records(out, name)

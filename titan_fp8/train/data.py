@@ -30,6 +30,9 @@ import numpy as np
 import torch
 
 VALIDATION_FRACTION = 0.02
+# The validation batches are drawn with this seed, not the run's: runs with other seeds (compare.py --seeds)
+# must be scored on the same held-out windows, or their difference measures the windows, not the models.
+VALIDATION_SEED = 0
 
 
 class DataError(ValueError):
@@ -222,4 +225,6 @@ def build_loader(dataset: str, seq_len: int, local_batch_size: int, dp_rank: int
         vocab_size = read_sidecar(dataset)["vocab_size"]  # ids at or above the declared vocab mean corruption
     train, val = make_splits(tokens, seq_len, source)
     chosen = {"train": train, "validation": val}[split]
+    if split == "validation":
+        seed = VALIDATION_SEED  # every run scores the same held-out windows, whatever its seed
     return TokenLoader(chosen, local_batch_size, dp_rank, dp_world, seed, source, vocab_size)

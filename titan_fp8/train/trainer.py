@@ -143,7 +143,8 @@ def run(cfg: JobConfig, log=print) -> dict:
     vocab_size = cfg.model_args().vocab_size
     # Every rank is a data-parallel rank (HSDP too: replicas and shards all see different rows), so the loader
     # shards by global rank; the 1-D / 2-D mesh only decides where weights and gradients travel.
-    data = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, t.seed, vocab_size)
+    data_seed = t.seed if t.data_seed is None else t.data_seed
+    data = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, data_seed, vocab_size)
     val_data, val_batches = None, 0
     if cfg.validation.enable:
         val_data = build_loader(t.dataset, t.seq_len, t.local_batch_size, rank, world, t.seed, vocab_size,
