@@ -359,6 +359,10 @@ class Float8ExpertWeight(Float8TrainingWeight):
         padded[dim] = math.ceil(shape[dim] / world)
         if scales_travel(shape, dim, world):
             data, scale = quantize_whole(self._tensor, recipe)
+            if world == 1:
+                # FSDP2's one-rank path (torch 2.11-2.14, FSDPParamGroup.wait_for_unshard) copies only the FIRST
+                # all-gather input into the unsharded parameter: the whole scale rides in the metadata instead.
+                return (data.view(torch.uint8),), (shape, scale)
             if recipe == "fp8_rowwise":
                 scale = scale.view(-1, 1).view(torch.uint8)  # [E/world, 4] bytes: one flat uint8 all-gather
             return (data.view(torch.uint8), scale), (shape, None)
