@@ -110,17 +110,17 @@ def test_debug_train_run_tensorwise_linears_mxfp8_experts_float8_all_gather_loss
     assert sum(losses[-4:]) / 4 < losses[0] - 1.0, losses
 
 
-@pytest.mark.parametrize("moe_recipe", ["fp8_rowwise", "mxfp8"])
-def test_one_process_float8_expert_all_gather_trains(tmp_path, moe_recipe):
-    """FSDP2 on ONE rank copies only the first all-gather input (its world-size-1 path), so the expert scales
-    must not ride as a second input there: the one-GPU parity run of llama_moe_parity died on this."""
+@pytest.mark.parametrize("linear_recipe,moe_recipe", [("tensorwise", "fp8_rowwise"), ("mxfp8", "mxfp8")])
+def test_one_process_float8_all_gather_trains(tmp_path, linear_recipe, moe_recipe):
+    """FSDP2 on ONE rank copies only the first all-gather input (its world-size-1 path), so no scale (expert
+    weights, MXFP8 Linear weights) may ride as a second input there: one-GPU parity runs died on this."""
     sys.path.insert(0, HERE)
     from _train_runs import explain, metrics, run_train
 
     dump = str(tmp_path / "run")
     proc = run_train(dump, 1, ["--training.steps=4", "--training.seq_len=64", "--metrics.log_freq=1",
                                "--model.dim=128", "--model.moe.hidden_dim=128", "--float8.enable",
-                               "--float8.recipe_name=tensorwise", f"--float8.moe_recipe_name={moe_recipe}",
+                               f"--float8.recipe_name={linear_recipe}", f"--float8.moe_recipe_name={moe_recipe}",
                                "--float8.enable_fsdp_float8_all_gather",
                                "--float8.precompute_float8_dynamic_scale_for_fsdp", "--float8.emulate"],
                      timeout=400)

@@ -188,12 +188,16 @@ class Float8TrainingWeight(torch.Tensor):
                              f"ranks gives {rows / world:g} rows per rank; MXFP8 32x32 tiles stay inside a shard "
                              f"only when that is a whole multiple of 32")
         data, scale_k = mx_quantize_weight(self._tensor)
+        if world == 1:
+            # FSDP2's one-rank path (torch 2.11-2.14, FSDPParamGroup.wait_for_unshard) copies only the FIRST
+            # all-gather input into the unsharded parameter: the scales ride in the metadata instead.
+            return (data.view(torch.uint8),), (scale_k,)
         return (data.view(torch.uint8), scale_k), ()
 
     def fsdp_post_all_gather(self, all_gather_outputs, metadata: Any, param_dtype: torch.dtype, *,
                              out: Optional[torch.Tensor] = None):
         if self._config.recipe_name == "mxfp8":
-            data, scale_k = all_gather_outputs
+            data, scale_k = all_gather_outputs if len(all_gather_outputs) == 2 else (*all_gather_outputs, *metadata)
             w = mx_dequantize(data.view(E4M3), scale_k, -1, param_dtype)
             if out is not None:
                 with torch.no_grad():
