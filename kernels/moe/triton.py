@@ -9,13 +9,18 @@ One prologue (_values) makes the fp32 tile a kernel quantizes, by MODE:
 and two ways to quantize it:
   _mx_kernel        mxfp8, ONE pass: a BM x BD tile -> row copy (blocks of `block` along the features) AND the
                     token-major copy (blocks of `block` tokens, stored transposed [C, P]; its scales [P/32, C]).
-  _f8_amax_kernel   fp8_rowwise pass 1 over BM x BD tiles: the row amax and the per-(expert group, column) amax,
-                    by relaxed int32 atomic max on the magnitude bits (max is order-free: deterministic).
-  _f8_quant_kernel  fp8_rowwise pass 2, same tiles: the row copy and the token-major copy (stored transposed
-                    [C, P]) with the now known scales. A per-row or per-group scale needs its amax before any byte
-                    is written and a row / group does not fit on chip, so fp8_rowwise reads its inputs twice
+  _f8_amax_kernel   fp8_rowwise pass 1: each program walks SUB row tiles down one strip of columns; the row amax
+                    and the per-(expert group, column) amax as int32 magnitude bits by relaxed atomic max (max is
+                    order-free: deterministic); the column maxima stay in registers while the rows stay in one
+                    group, so the atomics are ~P*C/BD + C*programs-per-strip, not one per row and column per tile.
+  _f8_quant_kernel  fp8_rowwise pass 2: the row copy and the token-major copy (stored transposed [C, P]) with the
+                    now known scales (one [BD] vector of column scales per tile and group).
+                    A per-row or per-group scale needs its amax before any byte is written and a row / group does
+                    not fit on chip, so fp8_rowwise reads its inputs twice: the floor is 2 reads + 2 fp8 writes
                     (a first version held whole rows in registers, one row per iteration: 230 registers, one
                     program per SM, 11-25% of copy on H100).
+  MODE 3 under fp8_rowwise takes a column of [0, H) per program column and produces dh1 AND dh3 from one
+  sigmoid and one read of da / h1 / h3 (the mx kernel computes both halves per output column).
 The quantization arithmetic is kernels/mxfp8/triton.py's (_encode, _exponent_from_amax_bits, ...) and
 kernels/float8_cast/triton.py's (_pow2_scale); nothing is re-derived here.
 
@@ -131,9 +136,11 @@ def _gather_src(src_ptr, rows, rmask, N):
 
 @triton.jit
 def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE: tl.constexpr,
-            K: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr):
-    """The fp32 tile [BM, BC] to quantize (rows int64 buffer rows, cols int32 output columns) and, MODE 1 with
-    WANT_DOT, the per-row partial dot <dout, y> over these columns (else zeros)."""
+            K: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr, HALVES: tl.constexpr = False):
+    """(v, v2, dot): the fp32 tile [BM, BC] to quantize (rows int64 buffer rows, cols int32 output columns), and,
+    MODE 1 with WANT_DOT, the per-row partial dot <dout, y> over these columns (else zeros). HALVES (MODE 3
+    only): cols are in [0, H) and v / v2 are dh1 (output columns cols) / dh3 (cols + H) from ONE sigmoid of h1
+    and one read of da, h1, h3; otherwise v2 is v."""
     dot = tl.zeros(rows.shape, dtype=tl.float32)
     if MODE == 0:  # dispatch: a = x [N, C], b = src
         t, real = _gather_src(b_ptr, rows, rmask, N)
@@ -158,6 +165,17 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
         h1 = _widen(_load_raw(a_ptr, base, m, IS_BF16), IS_BF16)
         h3 = _widen(_load_raw(a_ptr, base + H, m, IS_BF16), IS_BF16)
         v = _mul(_mul(h1, _sigmoid(h1)), h3)
+    elif HALVES:  # SwiGLU backward, both halves: a = da [P, H], b = h13 [P, 2H]; cols in [0, H)
+        m = rmask[:, None] & cmask[None, :]
+        base = rows[:, None] * (2 * H) + cols[None, :]
+        g = _widen(_load_raw(a_ptr, rows[:, None] * H + cols[None, :], m, IS_BF16), IS_BF16)
+        h1 = _widen(_load_raw(b_ptr, base, m, IS_BF16), IS_BF16)
+        h3 = _widen(_load_raw(b_ptr, base + H, m, IS_BF16), IS_BF16)
+        s = _sigmoid(h1)
+        one = _k(s, 1.0)
+        dsilu = _mul(s, _add(_mul(h1, _add(-s, one)), one))
+        v = _mul(_mul(g, h3), dsilu)
+        v2 = _mul(g, _mul(h1, s))
     else:  # SwiGLU backward: a = da [P, H], b = h13 [P, 2H]; C == 2H, column c < H: dh1, else dh3
         m = rmask[:, None] & cmask[None, :]
         hi = cols >= H
@@ -172,7 +190,9 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
         dh1 = _mul(_mul(g, h3), dsilu)
         dh3 = _mul(g, _mul(h1, s))
         v = tl.where(hi[None, :], dh3, dh1)
-    return v, dot
+    if not HALVES:
+        v2 = v
+    return v, v2, dot
 
 
 # ----------------------------------------------------------------------------------------- kernels
@@ -186,7 +206,7 @@ def _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H, MODE: t
     cols = pid_d * BD + tl.arange(0, BD)
     rmask = rows < P
     cmask = cols < C
-    v, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16)
+    v, _, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16)
     if MODE == 1:
         tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
     return pid_m, pid_d, rows, cols, rmask, cmask, v
@@ -228,30 +248,106 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
 
 
 @triton.jit
-def _group_of(offs_ptr, E, rows, E_PAD: tl.constexpr):
-    """Expert group of each row (E for rows at or past offs[-1])."""
+def _group_ends(offs_ptr, E, E_PAD: tl.constexpr):
+    """offs as int64 [E_PAD], padded with a huge end (a row's group = how many ends it is at or past)."""
     ev = tl.arange(0, E_PAD)
-    ends = tl.load(offs_ptr + ev, mask=ev < E, other=2147483647).to(tl.int64)
+    return tl.load(offs_ptr + ev, mask=ev < E, other=2147483647).to(tl.int64)
+
+
+@triton.jit
+def _group_of(ends, rows):
+    """Expert group of each row (E for rows at or past offs[-1])."""
     return tl.sum((rows[:, None] >= ends[None, :]).to(tl.int32), 1)
 
 
 @triton.jit
+def _mag_bits(v):
+    """int32 bits of |v| with NaN as inf (integer max == float max on them; NaN/inf -> a NaN scale)."""
+    return tl.minimum(v.to(tl.int32, bitcast=True) & 0x7FFFFFFF, 0x7F800000)
+
+
+@triton.jit
+def _col_max(ab, sel):
+    return tl.max(tl.where(sel[:, None], ab, 0), 0)
+
+
+@triton.jit
 def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot_ptr, offs_ptr, N, P, C, H, E,
-                    MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, E_PAD: tl.constexpr,
-                    IS_BF16: tl.constexpr):
-    # fp8_rowwise pass 1 over BM x BD tiles: int32 bits of max |value| (NaN as inf) per row (ramax [P]) and per
-    # (expert group, column) (gamax [E + 1, C]; row E: rows past offs[-1]), by relaxed atomic max (order-free:
-    # deterministic); dot [C/BD, P] partial dots (MODE 1).
-    pid_m, pid_d, rows, cols, rmask, cmask, v = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H,
-                                                              MODE, K, BM, BD, IS_BF16)
-    ab = tl.minimum(v.to(tl.int32, bitcast=True) & 0x7FFFFFFF, 0x7F800000)
-    tl.atomic_max(ramax_ptr + rows, tl.max(ab, 1), mask=rmask, sem="relaxed")
-    g = _group_of(offs_ptr, E, rows, E_PAD)
-    g0 = tl.min(tl.where(rmask, g, E), 0)
-    g1 = tl.max(tl.where(rmask, g, 0), 0)
-    for gg in range(g0, g1 + 1):  # usually one group per tile; any group boundaries work
-        cm = tl.max(tl.where((g == gg)[:, None], ab, 0), 0)
-        tl.atomic_max(gamax_ptr + gg * C + cols, cm, mask=cmask, sem="relaxed")
+                    MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, SUB: tl.constexpr,
+                    E_PAD: tl.constexpr, IS_BF16: tl.constexpr):
+    # fp8_rowwise pass 1: int32 bits of max |value| (NaN as inf) per row (ramax [P]) and per (expert group, column)
+    # (gamax [E + 1, C]; row E: rows past offs[-1]); dot [n_strips, P] partial dots (MODE 1). A program walks
+    # SUB row tiles of BM rows down one strip of BD columns (MODE 3: BD columns of [0, H), i.e. dh1's and dh3's):
+    # the row maxima go out by one relaxed atomic max per row and tile, the column maxima stay in registers while
+    # the rows belong to one group and go out once per group seen (max is order-free: deterministic). Atomics:
+    # P * C / BD + C * (programs down a strip + group boundaries), instead of one per row and column per tile.
+    HALVES: tl.constexpr = MODE == 3
+    CL = H if HALVES else C  # columns this kernel walks
+    n_d = tl.cdiv(CL, BD)
+    pid = tl.program_id(0)
+    pid_m = pid // n_d
+    pid_d = pid - pid_m * n_d
+    cols = pid_d * BD + tl.arange(0, BD)
+    cmask = cols < CL
+    ends = _group_ends(offs_ptr, E, E_PAD)
+    row0 = pid_m.to(tl.int64) * (SUB * BM)
+    cur = tl.sum((row0 >= ends).to(tl.int32), 0)  # the group whose column maxima the registers hold
+    acc = tl.zeros([BD], dtype=tl.int32)
+    acc2 = tl.zeros([BD], dtype=tl.int32)
+    for i in range(SUB):
+        rows = row0 + i * BM + tl.arange(0, BM)
+        rmask = rows < P
+        v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True,
+                             IS_BF16, HALVES)
+        ab = _mag_bits(v)
+        rmax = tl.max(ab, 1)
+        ab2 = ab
+        if HALVES:
+            ab2 = _mag_bits(v2)
+            rmax = tl.maximum(rmax, tl.max(ab2, 1))
+        tl.atomic_max(ramax_ptr + rows, rmax, mask=rmask, sem="relaxed")
+        if MODE == 1:
+            tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
+        g = _group_of(ends, rows)
+        g1 = tl.max(tl.where(rmask, g, cur), 0)  # groups grow with the row: the last group of this tile
+        if g1 != cur:  # a group boundary: flush the registers, write every group but the last, go on with it
+            tl.atomic_max(gamax_ptr + cur * C + cols, acc, mask=cmask, sem="relaxed")
+            if HALVES:
+                tl.atomic_max(gamax_ptr + cur * C + H + cols, acc2, mask=cmask, sem="relaxed")
+            for gg in range(cur, g1):
+                sel = rmask & (g == gg)
+                tl.atomic_max(gamax_ptr + gg * C + cols, _col_max(ab, sel), mask=cmask, sem="relaxed")
+                if HALVES:
+                    tl.atomic_max(gamax_ptr + gg * C + H + cols, _col_max(ab2, sel), mask=cmask, sem="relaxed")
+            acc = tl.zeros([BD], dtype=tl.int32)
+            acc2 = tl.zeros([BD], dtype=tl.int32)
+            cur = g1
+        sel = rmask & (g == cur)
+        acc = tl.maximum(acc, _col_max(ab, sel))
+        if HALVES:
+            acc2 = tl.maximum(acc2, _col_max(ab2, sel))
+    tl.atomic_max(gamax_ptr + cur * C + cols, acc, mask=cmask, sem="relaxed")
+    if HALVES:
+        tl.atomic_max(gamax_ptr + cur * C + H + cols, acc2, mask=cmask, sem="relaxed")
+
+
+@triton.jit
+def _f8_quant_store(v, rows, rmask, ocols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E,
+                    HW_CAST: tl.constexpr):
+    """q[rows, ocols] = v with its row scales rs; qc[ocols, rows] = v with scale[group(row), ocol] (zero bytes for
+    rows past offs[-1]). The first group's scales are one [BD] vector; rows of further groups in the tile (rare)
+    are re-encoded with theirs. (A store masked per group would lose the 16-byte stores.)"""
+    code = _encode(v * rs[:, None], (rs != rs)[:, None], HW_CAST)
+    tl.store(q_ptr + rows[:, None] * C + ocols[None, :], code, mask=rmask[:, None] & cmask[None, :])
+    ga = tl.minimum(g0, E - 1)
+    sc = tl.load(scale_ptr + ga * C + ocols, mask=cmask, other=0.0)
+    ct = _encode(v * sc[None, :], (sc != sc)[None, :], HW_CAST)
+    for gg in range(ga + 1, tl.minimum(g1, E - 1) + 1):
+        sg = tl.load(scale_ptr + gg * C + ocols, mask=cmask, other=0.0)
+        ct = tl.where((g == gg)[:, None], _encode(v * sg[None, :], (sg != sg)[None, :], HW_CAST), ct)
+    ct = tl.where((g < E)[:, None], ct, 0).to(tl.uint8)
+    tl.store(qc_ptr + ocols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(ct),
+             mask=cmask[:, None] & rmask[None, :])
 
 
 @triton.jit
@@ -259,24 +355,25 @@ def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, ra
                      C, H, E, MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
                      E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
     # fp8_rowwise pass 2: q [P, C] with the row scales from ramax (s [P], stored by the first column tile) and
-    # qc [C, P] with scale[group(r), c] (scale fp32 [E, C]; zero bytes for rows past offs[-1]).
-    pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
+    # qc [C, P] with scale[group(r), c] (scale fp32 [E, C]; zero bytes for rows past offs[-1]). MODE 3: a tile of
+    # BD columns of [0, H) writes dh1's columns and dh3's (+H) from one sigmoid.
+    HALVES: tl.constexpr = MODE == 3
+    CL = H if HALVES else C
+    pid_m, pid_d = _tile_ids(P, CL, BM, BD, True)
     rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
     cols = pid_d * BD + tl.arange(0, BD)
     rmask = rows < P
-    cmask = cols < C
-    v, _ = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, False, IS_BF16)
+    cmask = cols < CL
+    v, v2, _ = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, False, IS_BF16,
+                       HALVES)
     rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0).to(tl.float32, bitcast=True))
-    code = _encode(v * rs[:, None], (rs != rs)[:, None], HW_CAST)
-    tl.store(q_ptr + rows[:, None] * C + cols[None, :], code, mask=rmask[:, None] & cmask[None, :])
     tl.store(s_ptr + rows, rs, mask=rmask & (pid_d == 0))
-    g = _group_of(offs_ptr, E, rows, E_PAD)
-    sc = tl.load(scale_ptr + tl.minimum(g, E - 1)[:, None] * C + cols[None, :], mask=rmask[:, None] & cmask[None, :],
-                 other=0.0)
-    ct = _encode(v * sc, sc != sc, HW_CAST)
-    ct = tl.where((g < E)[:, None], ct, 0).to(tl.uint8)
-    tl.store(qc_ptr + cols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(ct),
-             mask=cmask[:, None] & rmask[None, :])
+    g = _group_of(_group_ends(offs_ptr, E, E_PAD), rows)
+    g0 = tl.min(tl.where(rmask, g, E), 0)
+    g1 = tl.max(tl.where(rmask, g, 0), 0)
+    _f8_quant_store(v, rows, rmask, cols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E, HW_CAST)
+    if HALVES:
+        _f8_quant_store(v2, rows, rmask, cols + H, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E, HW_CAST)
 
 
 @triton.jit
@@ -316,8 +413,13 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 _MX_CONFIGS = {(32, 0): (32, 128, 2), (32, 1): (32, 128, 2), (32, 2): (32, 64, 4), (32, 3): (32, 64, 4),
                (128, 0): (128, 128, 8), (128, 1): (128, 128, 8), (128, 2): (128, 128, 8), (128, 3): (128, 128, 16)}
 _MX_INTERP = {32: (32, 32, 4), 128: (128, 128, 4)}
-_F8_CONFIGS = {0: (32, 64, 4), 1: (32, 64, 4), 2: (32, 64, 4), 3: (32, 64, 4)}
-_F8_INTERP = (16, 32, 4)
+# fp8_rowwise (mode -> config; MODE 3's BD counts columns of [0, H), each worth a dh1 and a dh3 column):
+#   pass 1 (BM, BD, SUB, num_warps): SUB row tiles per program down one column strip
+#   pass 2 (BM, BD, num_warps)
+F8_AMAX_CONFIGS = {0: (32, 256, 8, 4), 1: (32, 128, 8, 4), 2: (32, 128, 8, 4), 3: (32, 64, 8, 4)}
+F8_QUANT_CONFIGS = {0: (32, 128, 4), 1: (32, 128, 4), 2: (32, 64, 4), 3: (32, 64, 4)}
+_F8_AMAX_INTERP = (16, 32, 2, 4)
+_F8_QUANT_INTERP = (16, 32, 4)
 _COMBINE = (4, 512, 4)  # BN, BD, num_warps
 _COMBINE_INTERP = (4, 32, 4)
 
@@ -367,18 +469,21 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     qt = torch.empty((C, P), dtype=u8, device=dev)
     ramax = torch.zeros((P,), dtype=torch.int32, device=dev)
     gamax = torch.zeros((E + 1, C), dtype=torch.int32, device=dev)
-    bm, bd, warps = _F8_INTERP if _INTERPRET else _F8_CONFIGS[mode]
-    n_d = triton.cdiv(C, bd)
-    dots = torch.empty((n_d, P), dtype=f32, device=dev) if want_dot else None
+    am, ad, sub, aw = _F8_AMAX_INTERP if _INTERPRET else F8_AMAX_CONFIGS[mode]
+    qm, qd, qw = _F8_QUANT_INTERP if _INTERPRET else F8_QUANT_CONFIGS[mode]
+    walked = C // 2 if mode == 3 else C  # MODE 3: one program column covers dh1's and dh3's
+    n_strips = triton.cdiv(walked, ad)
+    dots = torch.empty((n_strips, P), dtype=f32, device=dev) if want_dot else None
     e_pad = triton.next_power_of_2(max(E, 2))
-    grid = (triton.cdiv(P, bm) * n_d,)
     if P and C:
-        _f8_amax_kernel[grid](*args, ramax, gamax, dots if want_dot else s, offs, N, P, C, H, E, MODE=mode, K=K,
-                              BM=bm, BD=bd, E_PAD=e_pad, IS_BF16=is_bf16, num_warps=warps)
+        _f8_amax_kernel[(triton.cdiv(P, am * sub) * n_strips,)](
+            *args, ramax, gamax, dots if want_dot else s, offs, N, P, C, H, E, MODE=mode, K=K, BM=am, BD=ad, SUB=sub,
+            E_PAD=e_pad, IS_BF16=is_bf16, num_warps=aw)
     scale = amax_to_scale(gamax[:E].view(f32), E4M3, round_to_pow2=True)  # [E, C]
     if P and C:
-        _f8_quant_kernel[grid](*args, q, s, qt, ramax, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=bm, BD=bd,
-                               E_PAD=e_pad, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
+        _f8_quant_kernel[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
+            *args, q, s, qt, ramax, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=qm, BD=qd, E_PAD=e_pad,
+            HW_CAST=hw, IS_BF16=is_bf16, num_warps=qw)
     return q.view(f8), s, qt.view(f8), scale, dots
 
 

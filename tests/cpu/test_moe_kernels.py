@@ -335,6 +335,18 @@ def test_fp8_rowwise_groups_not_aligned_to_tiles():
     x64 = torch.cat([x.double(), torch.zeros(1, 64, dtype=torch.float64)])[plan.src]
     outs = km.dispatch_quantize(x, plan.src, plan.offs, "fp8_rowwise", 32, backend="reference")
     check_quantized(x64, outs, plan.offs, "fp8_rowwise", 32, "straddling dispatch")
+    # the other modes too: both passes see tiles (and pass 1 row ranges) holding several groups
+    P = plan.src.shape[0]
+    y, dout = special(P, 64, torch.bfloat16, seed=23), special(20, 64, torch.bfloat16, seed=24)
+    w = torch.rand(20, 2)
+    got, want = both(km.combine_backward, dout, y, plan.pos, w, plan.src, plan.offs, "fp8_rowwise", 32)
+    for i in range(4):
+        same(got[i], want[i], f"straddling combine_backward out {i}")
+    h13, da = special(P, 128, torch.bfloat16, seed=25), special(P, 64, torch.bfloat16, seed=26)
+    for name, fn, args in (("swiglu", km.swiglu_quantize, (h13, plan.offs)),
+                           ("swiglu_backward", km.swiglu_quantize_backward, (da, h13, plan.offs))):
+        for i, (g, w_) in enumerate(zip(*both(fn, *args, "fp8_rowwise", 32))):
+            same(g, w_, f"straddling {name} out {i}")
 
 
 @pytest.mark.parametrize("block", [32, 128])
