@@ -129,8 +129,8 @@ def _bf16_rounding_activation_ops(monkeypatch):
     def swiglu_quantize_backward(da, h13, offs, recipe, block, backend="auto"):
         return R.quantize_both(R.swiglu_grad_values(da, h13).to(da.dtype).float(), offs, recipe, block)
 
-    def swiglu_quantize(h13, offs, recipe, block, backend="auto"):
-        return R.quantize_both(R.swiglu_values(h13).to(h13.dtype).float(), offs, recipe, block)
+    def swiglu_quantize(h13, offs, recipe, block, backend="auto", col_tile=1):
+        return R.quantize_both(R.swiglu_values(h13).to(h13.dtype).float(), offs, recipe, block, col_tile)
 
     monkeypatch.setattr(km, "combine_backward", combine_backward)
     monkeypatch.setattr(km, "swiglu_quantize_backward", swiglu_quantize_backward)

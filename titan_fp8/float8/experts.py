@@ -50,7 +50,6 @@ from torch import Tensor
 from torch.profiler import record_function
 
 import kernels.moe as moe_kernels
-from kernels.moe import reference as moe_reference
 from kernels.grouped_gemm import (
     grouped_mm_dgrad_reference,
     grouped_mm_fprop_reference,
@@ -292,13 +291,11 @@ def make_fused_spec(recipe: str, granularity: str | None = None, backend: str = 
 
 
 # ------------------------------------------------------------------------------------------ activation ops
-# kernels.moe (contract 2) on every piece whose layout it writes: Triton on CUDA, its plain PyTorch reference
-# (same bytes) for the emulated twin. One exception, for speed: mxfp8 with weight-tiled wgrad ("mx128", "mx32")
-# reads x^T and a^T (wgrad's second operand) in block x 128(features) tiles, the layout the tiled wgrad kernel
-# needs (0.4-0.6x the speed without: kernels/grouped_gemm/NOTES.md), which kernels.moe does not write (it writes
-# 1 x block along tokens). There dispatch and SwiGLU gather / compute the bf16 values and
-# kernels.grouped_gemm's one-read quantizer writes both copies; the gradients (dy, dh13: wgrad's first operand,
-# tile 1) come from kernels.moe in every case.
+# kernels.moe (contract 2) writes every activation operand: Triton on CUDA, its plain PyTorch reference (same
+# bytes) for the emulated twin. mxfp8 with weight-tiled wgrad ("mx128", "mx32") reads x^T and a^T (wgrad's second
+# operand) in block (tokens) x 128 (features) tiles, the layout the tiled wgrad kernels need (0.4-0.6x the speed
+# without: kernels/grouped_gemm/NOTES.md): dispatch and SwiGLU write it directly (col_tile=128), from the same one
+# read of x / h13 as the row copy. The gradients (dy, dh13: wgrad's first operand, tile 1) are 1 x block.
 def _moe_backend(spec: FusedSpec) -> str:
     return "reference" if spec.emulated else spec.act_backend
 
@@ -307,27 +304,16 @@ def _a_tile(spec: FusedSpec) -> int:
     return spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1
 
 
-def _own_token_major_layout(spec: FusedSpec) -> bool:
-    return spec.recipe == "mxfp8" and spec.g.wgrad_x_tile > 1
-
-
-def _mx_rows_and_tiles(t: Tensor, offs: Tensor, spec: FusedSpec):
-    return _quant_act(t, offs, spec.g, True, True, spec.g.wgrad_x_tile, "emulated" if spec.emulated else "triton")
-
-
 def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec):
     """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts): rows gathered into expert order (src == N: zero row)."""
-    if _own_token_major_layout(spec):
-        xp = torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, src)
-        return _mx_rows_and_tiles(xp, offs, spec)
-    return moe_kernels.dispatch_quantize(x, src, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
+    return moe_kernels.dispatch_quantize(x, src, offs, spec.recipe, spec.align, backend=_moe_backend(spec),
+                                         col_tile=_a_tile(spec))
 
 
 def swiglu_quantize(h13: Tensor, offs: Tensor, spec: FusedSpec):
     """h13 [P, 2H] -> a = silu(h1) * h3 quantized: (aq [P, H], as, atq [H, P], ats)."""
-    if _own_token_major_layout(spec):
-        return _mx_rows_and_tiles(moe_reference.swiglu_values(h13).to(h13.dtype), offs, spec)
-    return moe_kernels.swiglu_quantize(h13, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
+    return moe_kernels.swiglu_quantize(h13, offs, spec.recipe, spec.align, backend=_moe_backend(spec),
+                                       col_tile=_a_tile(spec))
 
 
 def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, spec: FusedSpec):
