@@ -443,16 +443,26 @@ class _FusedExperts(torch.autograd.Function):
         spec = ctx.spec
         n, k = weights.shape
         dout = dout.contiguous()
+        grad_dtype = dout.dtype
+        # Order for peak memory: each dgrad (with its transient float8 weight operand) runs before its wgrad, and
+        # dx is summed before dw13 exists, so the biggest buffers (dw13, the float8 w13^T, dx_buf) never coexist;
+        # operands are dropped after their last use (under torch.compile the graph frees them there anyway).
         dyq, dys, dytq, dyts, dweights = combine_backward(dout, y, pos, weights, src, offs, spec)
+        del y, dout
+        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd"), offs, spec, grad_dtype)
+        del dyq, dys
         dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if ctx.needs_input_grad[3] else None
-        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd"), offs, spec, dout.dtype)
+        del dytq, dyts, atq, ats
         dq, ds, dtq, dts = swiglu_quantize_backward(da, h13, offs, spec)
-        dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
+        del da, h13
         dx = None
         if ctx.needs_input_grad[0]:
-            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd"), offs, spec, dout.dtype)
+            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd"), offs, spec, grad_dtype)
             # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
             dx = dx_buf.index_select(0, pos).view(n, k, -1).sum(dim=1)
+            del dx_buf
+        del dq, ds
+        dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
         dweights = dweights.to(weights.dtype) if ctx.needs_input_grad[1] else None
         return dx, dweights, dw13, dw2, None, None, None, None
 
