@@ -25,7 +25,7 @@ The quantization arithmetic is kernels/mxfp8/triton.py's (_encode, _exponent_fro
 kernels/float8_cast/triton.py's (_pow2_scale); nothing is re-derived here.
 
 Floating-point order: products and sums that the reference rounds one at a time (combine's weighted sum, the
-weighting of dy, SwiGLU) are inline PTX mul.rn / add.rn / div.rn.f32 when compiled: the explicit rounding mode
+weighting of dy, SwiGLU) are inline PTX mul.rn / add.rn / rcp.rn.f32 when compiled: the explicit rounding mode
 keeps ptxas from contracting them into FMAs, and, unlike libdevice's __nv_fmul_rn (which Triton links as
 mul.rn.ftz), they keep subnormals as torch does. Under the interpreter plain numpy fp32 ops round the same way.
 """
@@ -65,7 +65,6 @@ _RN = tl.constexpr(not _INTERPRET)  # inline PTX *.rn.f32 when compiled
 # ----------------------------------------------------------------------------------------- rounded ops
 _MUL = tl.constexpr("mul.rn.f32 $0, $1, $2;")
 _ADD = tl.constexpr("add.rn.f32 $0, $1, $2;")
-_DIV = tl.constexpr("div.rn.f32 $0, $1, $2;")
 
 
 @triton.jit
@@ -76,10 +75,8 @@ def _rounded(a, b, ASM: tl.constexpr):
         r = tl.inline_asm_elementwise(ASM, "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1)
     elif ASM == _MUL:
         r = a * b
-    elif ASM == _ADD:
-        r = a + b
     else:
-        r = a / b
+        r = a + b
     return r
 
 
@@ -94,8 +91,13 @@ def _add(a, b):
 
 
 @triton.jit
-def _div(a, b):
-    return _rounded(a, b, _DIV)
+def _rcp(x):
+    """1 / x correctly rounded (IEEE, as torch.reciprocal / div.rn): rcp.rn.f32 is shorter than div.rn.f32."""
+    if _RN:
+        r = tl.inline_asm_elementwise("rcp.rn.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        r = 1.0 / x
+    return r
 
 
 @triton.jit
@@ -121,8 +123,7 @@ def _sigmoid(x):
     p = _add(_mul(p, f), _k(x, _C1))
     p = _add(_mul(p, f), _k(x, _C0))
     two_n = ((n.to(tl.int32) + 127) << 23).to(tl.float32, bitcast=True)
-    one = _k(x, 1.0)
-    s = _div(one, _add(_mul(p, two_n), one))
+    s = _rcp(_add(_mul(p, two_n), _k(x, 1.0)))
     return tl.where(x != x, x, s)
 
 
