@@ -198,29 +198,9 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
 
 # ----------------------------------------------------------------------------------------- kernels
 @triton.jit
-def _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H, MODE: tl.constexpr, K: tl.constexpr,
-                 BM: tl.constexpr, BD: tl.constexpr, IS_BF16: tl.constexpr):
-    """This program's BM x BD tile of the values to quantize (and, MODE 1, its partial dots stored to dot [C/BD, P]);
-    shared by the one-pass MX kernel and the rowwise first pass."""
-    pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
-    rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
-    cols = pid_d * BD + tl.arange(0, BD)
-    rmask = rows < P
-    cmask = cols < C
-    v, _, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16)
-    if MODE == 1:
-        tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
-    return pid_m, pid_d, rows, cols, rmask, cmask, v
-
-
-@triton.jit
-def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
-               MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
-               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1):
-    # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
-    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features
-    pid_m, pid_d, rows, cols, rmask, cmask, v = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H,
-                                                              MODE, K, BM, BD, IS_BF16)
+def _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
+              QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, HW_CAST: tl.constexpr, COL_TILE: tl.constexpr):
+    """Quantize the tile v [BM, BD] (output columns cols; their 32-blocks kb) both ways and store it."""
     mask = rmask[:, None] & cmask[None, :]
     # rows: blocks of QB along the features
     xr = tl.reshape(v, [BM, BD // QB, QB])
@@ -230,8 +210,7 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     tl.store(qr_ptr + rows[:, None] * C + cols[None, :], tl.reshape(cr, [BM, BD]), mask=mask)
     sb = _scale_byte(ar, er).to(tl.uint8)
     sb = tl.reshape(tl.broadcast_to(sb[:, :, None], [BM, BD // QB, QB // 32]), [BM, BD // 32])
-    kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
-    tl.store(sr_ptr + rows[:, None] * (C // 32) + kb[None, :], sb, mask=rmask[:, None] & (kb < C // 32)[None, :])
+    tl.store(sr_ptr + rows[:, None] * (C // 32) + kb[None, :], sb, mask=rmask[:, None] & kmask[None, :])
     # token-major: blocks of QB tokens, stored transposed
     xc = tl.reshape(v, [BM // QB, QB, BD])
     ac = _amax_bits(xc, 1)
@@ -246,6 +225,33 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     sc = tl.reshape(tl.broadcast_to(sc[:, None, :], [BM // QB, QB // 32, BD]), [BM // 32, BD])
     mb = pid_m.to(tl.int64) * (BM // 32) + tl.arange(0, BM // 32)
     tl.store(sc_ptr + mb[:, None] * C + cols[None, :], sc, mask=(mb < P // 32)[:, None] & cmask[None, :])
+
+
+@triton.jit
+def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
+               MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
+               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1, HALVES: tl.constexpr = False):
+    # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
+    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features.
+    # HALVES (MODE 3): the tile's columns are in [0, H) and it writes dh1's (cols) and dh3's (cols + H) from one
+    # sigmoid and one read of da / h1 / h3.
+    CL = H if HALVES else C
+    pid_m, pid_d = _tile_ids(P, CL, BM, BD, True)
+    rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
+    cols = pid_d * BD + tl.arange(0, BD)
+    rmask = rows < P
+    cmask = cols < CL
+    v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16,
+                         HALVES)
+    if MODE == 1:
+        tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
+    kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
+    kmask = kb < CL // 32
+    _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C, QB, BM, BD,
+              HW_CAST, COL_TILE)
+    if HALVES:
+        _mx_store(v2, pid_m, rows, rmask, cols + H, cmask, kb + H // 32, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
+                  QB, BM, BD, HW_CAST, COL_TILE)
 
 
 @triton.jit
@@ -411,9 +417,15 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 # 16 warps (0.765 -> 0.675 ms at dsv3_layer); MODE 1 stays at 8 warps (it spills 4.8 KB there, 69% of copy, but
 # 16 warps measured slower: 0.718 -> 0.788 ms). fp8_rowwise: 32 x 64 / 4 warps, no spills.
 # (H100 runs: benchmarks/results/moe_kernels-nvidia-h100-*-run{1,2}.json.)
-_MX_CONFIGS = {(32, 0): (32, 128, 2), (32, 1): (32, 128, 2), (32, 2): (32, 64, 4), (32, 3): (32, 64, 4),
-               (128, 0): (128, 128, 8), (128, 1): (128, 128, 8), (128, 2): (128, 128, 8), (128, 3): (128, 128, 16)}
-_MX_INTERP = {32: (32, 32, 4), 128: (128, 128, 4)}
+# (block, mode) -> (BM, BD, num_warps, HALVES); HALVES (MODE 3): a tile of BD columns of [0, H) writes dh1's and
+# dh3's columns from one sigmoid (else each output column computes both halves and keeps one).
+MX_CONFIGS = {(32, 0): (32, 128, 2, False), (32, 1): (32, 128, 2, False), (32, 2): (32, 64, 4, False),
+              (32, 3): (32, 64, 4, False), (128, 0): (128, 128, 8, False), (128, 1): (128, 128, 8, False),
+              (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 16, False)}
+# col_tile=128 (the tile spans the 128 features of a token-major scale): (block, mode) -> (BM, BD, num_warps)
+# (ptxas sm_90a: (32, 2) at 2 warps spills 72 B, at 4 none; (128, 2) at 8 warps spills 44 B, at 16 none)
+MX_COL_TILE_CONFIGS = {(32, 0): (32, 128, 2), (32, 2): (32, 128, 4), (128, 0): (128, 128, 8), (128, 2): (128, 128, 16)}
+_MX_INTERP = {32: (32, 32, 4, True), 128: (128, 128, 4, True)}
 # fp8_rowwise (mode -> config; MODE 3's BD counts columns of [0, H), each worth a dh1 and a dh3 column):
 #   pass 1 (BM, BD, SUB, num_warps): SUB row tiles per program down one column strip
 #   pass 2 (BM, BD, num_warps)
@@ -448,10 +460,12 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     u8, f32, f8 = torch.uint8, torch.float32, torch.float8_e4m3fn
     want_dot = mode == 1
     if recipe == "mxfp8":
-        bm, bd, warps = _MX_INTERP[block] if _INTERPRET else _MX_CONFIGS[block, mode]
-        if col_tile > 1:  # the tile spans the 128 features of a scale
-            bm, bd, warps = (bm, 128, warps) if bd == 128 else ((32, 128, 2) if block == 32 else (128, 128, 8))
-        n_d = triton.cdiv(C, bd)
+        bm, bd, warps, halves = _MX_INTERP[block] if _INTERPRET else MX_CONFIGS[block, mode]
+        if col_tile > 1:  # the tile must span the 128 features of a token-major scale
+            bm, bd, warps = (bm, 128, warps) if _INTERPRET else MX_COL_TILE_CONFIGS[block, mode]
+        halves = halves and mode == 3
+        walked = C // 2 if halves else C
+        n_d = triton.cdiv(walked, bd)
         q = torch.empty((P, C), dtype=u8, device=dev)
         s = torch.empty((P, C // 32), dtype=u8, device=dev)
         qt = torch.empty((C, P), dtype=u8, device=dev)
@@ -461,7 +475,7 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
             grid = (triton.cdiv(P, bm) * n_d,)
             _mx_kernel[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode, K=K,
                              QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16, COL_TILE=col_tile,
-                             num_warps=warps)
+                             HALVES=halves, num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]

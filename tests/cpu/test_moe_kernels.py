@@ -373,3 +373,20 @@ def test_col_tile_128_token_major_copy(block):
         km.dispatch_quantize(x, plan.src, plan.offs, "fp8_rowwise", 32, col_tile=128)
     with pytest.raises(ValueError, match="col_tile=64"):
         km.dispatch_quantize(x, plan.src, plan.offs, "mxfp8", block, col_tile=64)
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_mx_swiglu_backward_both_halves_layouts(block, monkeypatch):
+    """mxfp8 swiglu_quantize_backward with HALVES (one program writes dh1's and dh3's columns) and without (each
+    output column computes both halves): both equal the reference byte for byte."""
+    from kernels.moe import triton as kt
+    plan = plan_for("uneven", 10, 2, 4, block, seed=41)
+    P, H = plan.src.shape[0], 128
+    h13, da = special(P, 2 * H, torch.bfloat16, seed=42), special(P, H, torch.bfloat16, seed=43)
+    want = km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", block, backend="reference")
+    for halves in (True, False):
+        bm, bd, warps, _ = kt._MX_INTERP[block]
+        monkeypatch.setitem(kt._MX_INTERP, block, (bm, bd, warps, halves))
+        got = km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", block, backend="triton")
+        for i in range(4):
+            same(got[i], want[i], f"halves={halves} out {i}")
