@@ -225,7 +225,7 @@ def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str =
 #   combine            out[t] = sum_j weights[t, j] * y[pos[t*k + j]]  (fp32 sum in slot order)
 # Saved for backward: xtq/xts, h13, atq/ats, y, the plan and the router weights; no bf16 permuted copy of x.
 # Backward: combine_backward (dy rows + token-major, router weights' gradient) -> dgrad(w2), wgrad(w2) ->
-# swiglu_quantize_backward -> dgrad(w13), wgrad(w13) -> dx[t] = sum_j dx_buf[pos[t*k + j]].
+# swiglu_quantize_backward -> dgrad(w13) -> dx[t] = sum_j dx_buf[pos[t*k + j]] (combine, unit weights) -> wgrad(w13).
 # wgrad writes the parameter dtype from the GEMM (mxfp8: the kernel's bf16/fp32 output; fp8_rowwise:
 # torch._scaled_grouped_mm's bf16 output, cast only for fp32 parameters).
 #
@@ -441,7 +441,6 @@ class _FusedExperts(torch.autograd.Function):
     def backward(ctx, dout):
         xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs = ctx.saved_tensors
         spec = ctx.spec
-        n, k = weights.shape
         dout = dout.contiguous()
         grad_dtype = dout.dtype
         # Order for peak memory: each dgrad (with its transient float8 weight operand) runs before its wgrad, and
@@ -458,8 +457,9 @@ class _FusedExperts(torch.autograd.Function):
         dx = None
         if ctx.needs_input_grad[0]:
             dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd"), offs, spec, grad_dtype)
-            # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
-            dx = dx_buf.index_select(0, pos).view(n, k, -1).sum(dim=1)
+            # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics; the combine
+            # kernel with unit weights (1 * v is exact), one pass at copy speed (inductor's gather-sum: ~60%)
+            dx = combine(dx_buf, pos, torch.ones_like(weights, dtype=torch.float32), spec)
             del dx_buf
         del dq, ds
         dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
