@@ -3,10 +3,11 @@
 #   (a) GPU tests of kernels/moe and the fused path, (b) benchmarks/moe_kernels.py (quantizers vs copy bandwidth),
 #   (c) benchmarks/moe_layer.py (bf16 / torchao fp8 / ours fp8_rowwise / mxfp8 mx128), then (d) the launch-config
 #   sweep of moe_kernels.py in whatever time is left. Each stage has its own time limit; logs and JSON go to $OUT.
-# From /work/main's root on the device, with .carry/<name> (a copy of this worktree) and .whl carried:
-#   bash .carry/<name>/benchmarks/moe_device_run.sh <name> [total seconds, default 320] [sweep-first]
+# From the repo root on the device, with .whl (torchao, nvidia-cutlass wheels) carried:
+#   bash benchmarks/moe_device_run.sh [checkout, default .] [total seconds, default 320] [sweep-first]
+# (a helper's worktree copied to .carry/<name>: bash .carry/<name>/benchmarks/moe_device_run.sh .carry/<name>)
 set -u
-NAME=${1:?worktree name under .carry}
+CHECKOUT=${1:-.}
 TOTAL=${2:-320}
 ORDER=${3:-layer-first}
 T0=$(date +%s)
@@ -14,7 +15,7 @@ left() { echo $(( TOTAL - ($(date +%s) - T0) )); }
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=/tmp/site || echo "carried wheels did not install"
-cd ".carry/$NAME" && export PYTHONPATH=$PWD:${PYTHONPATH:-}
+cd "$CHECKOUT" && export PYTHONPATH=$PWD:${PYTHONPATH:-}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu --format=csv
 # the CUTLASS extension (about 65 s of nvcc) builds in the background while the kernel tests run
 (python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('CUTLASS extension ready')" \
