@@ -136,6 +136,19 @@ def _gather_src(src_ptr, rows, rmask, N):
 
 
 @triton.jit
+def _swiglu_grads(da_ptr, h13_ptr, rows, cc, m, H, IS_BF16: tl.constexpr):
+    """(dh1, dh3) at columns cc of [0, H) (reference.swiglu_grad_values, op for op) from da [P, H], h13 [P, 2H]."""
+    base = rows[:, None] * (2 * H) + cc[None, :]
+    g = _widen(_load_raw(da_ptr, rows[:, None] * H + cc[None, :], m, IS_BF16), IS_BF16)
+    h1 = _widen(_load_raw(h13_ptr, base, m, IS_BF16), IS_BF16)
+    h3 = _widen(_load_raw(h13_ptr, base + H, m, IS_BF16), IS_BF16)
+    s = _sigmoid(h1)
+    one = _k(s, 1.0)
+    dsilu = _mul(s, _add(_mul(h1, _add(-s, one)), one))
+    return _mul(_mul(g, h3), dsilu), _mul(g, _mul(h1, s))
+
+
+@triton.jit
 def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE: tl.constexpr,
             K: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr, HALVES: tl.constexpr = False):
     """(v, v2, dot): the fp32 tile [BM, BC] to quantize (rows int64 buffer rows, cols int32 output columns), and,
@@ -167,29 +180,11 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
         h3 = _widen(_load_raw(a_ptr, base + H, m, IS_BF16), IS_BF16)
         v = _mul(_mul(h1, _sigmoid(h1)), h3)
     elif HALVES:  # SwiGLU backward, both halves: a = da [P, H], b = h13 [P, 2H]; cols in [0, H)
-        m = rmask[:, None] & cmask[None, :]
-        base = rows[:, None] * (2 * H) + cols[None, :]
-        g = _widen(_load_raw(a_ptr, rows[:, None] * H + cols[None, :], m, IS_BF16), IS_BF16)
-        h1 = _widen(_load_raw(b_ptr, base, m, IS_BF16), IS_BF16)
-        h3 = _widen(_load_raw(b_ptr, base + H, m, IS_BF16), IS_BF16)
-        s = _sigmoid(h1)
-        one = _k(s, 1.0)
-        dsilu = _mul(s, _add(_mul(h1, _add(-s, one)), one))
-        v = _mul(_mul(g, h3), dsilu)
-        v2 = _mul(g, _mul(h1, s))
+        v, v2 = _swiglu_grads(a_ptr, b_ptr, rows, cols, rmask[:, None] & cmask[None, :], H, IS_BF16)
     else:  # SwiGLU backward: a = da [P, H], b = h13 [P, 2H]; C == 2H, column c < H: dh1, else dh3
-        m = rmask[:, None] & cmask[None, :]
         hi = cols >= H
-        cc = tl.where(hi, cols - H, cols)
-        base = rows[:, None] * (2 * H) + cc[None, :]
-        g = _widen(_load_raw(a_ptr, rows[:, None] * H + cc[None, :], m, IS_BF16), IS_BF16)
-        h1 = _widen(_load_raw(b_ptr, base, m, IS_BF16), IS_BF16)
-        h3 = _widen(_load_raw(b_ptr, base + H, m, IS_BF16), IS_BF16)
-        s = _sigmoid(h1)
-        one = _k(s, 1.0)
-        dsilu = _mul(s, _add(_mul(h1, _add(-s, one)), one))
-        dh1 = _mul(_mul(g, h3), dsilu)
-        dh3 = _mul(g, _mul(h1, s))
+        dh1, dh3 = _swiglu_grads(a_ptr, b_ptr, rows, tl.where(hi, cols - H, cols), rmask[:, None] & cmask[None, :],
+                                 H, IS_BF16)
         v = tl.where(hi[None, :], dh3, dh1)
     if not HALVES:
         v2 = v
