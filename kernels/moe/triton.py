@@ -193,6 +193,21 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
 
 # ----------------------------------------------------------------------------------------- kernels
 @triton.jit
+def _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H, CL, MODE: tl.constexpr, K: tl.constexpr,
+                 BM: tl.constexpr, BD: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr,
+                 HALVES: tl.constexpr):
+    """This program's BM x BD tile (of CL columns; neighbouring programs walk along them) and its values."""
+    pid_m, pid_d = _tile_ids(P, CL, BM, BD, True)
+    rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
+    cols = pid_d * BD + tl.arange(0, BD)
+    rmask = rows < P
+    cmask = cols < CL
+    v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, WANT_DOT,
+                         IS_BF16, HALVES)
+    return pid_m, pid_d, rows, cols, rmask, cmask, v, v2, dot
+
+
+@triton.jit
 def _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
               QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, HW_CAST: tl.constexpr, COL_TILE: tl.constexpr):
     """Quantize the tile v [BM, BD] (output columns cols; their 32-blocks kb) both ways and store it."""
@@ -231,13 +246,8 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     # HALVES (MODE 3): the tile's columns are in [0, H) and it writes dh1's (cols) and dh3's (cols + H) from one
     # sigmoid and one read of da / h1 / h3.
     CL = H if HALVES else C
-    pid_m, pid_d = _tile_ids(P, CL, BM, BD, True)
-    rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
-    cols = pid_d * BD + tl.arange(0, BD)
-    rmask = rows < P
-    cmask = cols < CL
-    v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16,
-                         HALVES)
+    pid_m, pid_d, rows, cols, rmask, cmask, v, v2, dot = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H, CL,
+                                                                       MODE, K, BM, BD, True, IS_BF16, HALVES)
     if MODE == 1:
         tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
     kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
@@ -360,14 +370,9 @@ def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, ra
     # qc [C, P] with scale[group(r), c] (scale fp32 [E, C]; zero bytes for rows past offs[-1]). MODE 3: a tile of
     # BD columns of [0, H) writes dh1's columns and dh3's (+H) from one sigmoid.
     HALVES: tl.constexpr = MODE == 3
-    CL = H if HALVES else C
-    pid_m, pid_d = _tile_ids(P, CL, BM, BD, True)
-    rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
-    cols = pid_d * BD + tl.arange(0, BD)
-    rmask = rows < P
-    cmask = cols < CL
-    v, v2, _ = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, False, IS_BF16,
-                       HALVES)
+    pid_m, pid_d, rows, cols, rmask, cmask, v, v2, _ = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H,
+                                                                     H if HALVES else C, MODE, K, BM, BD, False,
+                                                                     IS_BF16, HALVES)
     rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0).to(tl.float32, bitcast=True))
     tl.store(s_ptr + rows, rs, mask=rmask & (pid_d == 0))
     g = _group_of(_group_ends(offs_ptr, E, E_PAD), rows)
