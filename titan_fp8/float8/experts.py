@@ -418,7 +418,31 @@ def _gemm_backend(spec: FusedSpec) -> dict:
     return {"backend": spec.backend}
 
 
-def _weight(w: Tensor, spec: FusedSpec, which: str):
+@torch.library.custom_op("titan_fp8::mxfp8_dgrad_weight_operand", mutates_args=())
+def _dgrad_weight_op(w: Tensor, after: Tensor) -> tuple[Tensor, Tensor]:
+    """W^T [E, K, N] quantized along N in 128 x 128 tiles (+ scales [E, K, N/32], each 1x32 block carrying its
+    tile's): the same bytes and scales as contract 1's transposed fprop operand (mx128 and mx32 alike). `after` is
+    not read: it ties the op to backward (see _weight)."""
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+    wtd, wts = to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:]
+    return wtd, wts
+
+
+@_dgrad_weight_op.register_fake
+def _(w, after):
+    E, N, K = w.shape
+    return w.new_empty((E, K, N), dtype=torch.float8_e4m3fn), w.new_empty((E, K, N // 32), dtype=torch.uint8)
+
+
+def _weight(w: Tensor, spec: FusedSpec, which: str, after: Tensor | None = None):
+    """(data, scale) of contract 1's `which` operand of w. Backward passes `after` (a tensor backward computed):
+    compiled, a plain weight's dgrad operand is then quantized in backward, next to its use. Through contract 1 the
+    partitioner would make it in forward (it depends only on the weight: shared with the fprop operand by CSE, or
+    moved there) and keep it alive for backward: 276 MB of float8 weights at llama_moe, over bf16's peak."""
+    if (after is not None and spec.recipe == "mxfp8" and spec.g.weight_tile == 128 and not spec.emulated
+            and type(w) in (Tensor, torch.nn.Parameter) and torch.compiler.is_compiling()):
+        wtd, wts = _dgrad_weight_op(w.detach(), after)
+        return wtd, wts.transpose(1, 2)
     ops = expert_weights.expert_weight_operands(w, spec.recipe, spec.granularity, which=which)
     return (ops.fwd_data, ops.fwd_scale) if which == "fwd" else (ops.bwd_data, ops.bwd_scale)
 
@@ -448,7 +472,7 @@ class _FusedExperts(torch.autograd.Function):
         # operands are dropped after their last use (under torch.compile the graph frees them there anyway).
         dyq, dys, dytq, dyts, dweights = combine_backward(dout, y, pos, weights, src, offs, spec)
         del y, dout
-        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd"), offs, spec, grad_dtype)
+        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd", after=dyq), offs, spec, grad_dtype)
         del dyq, dys
         dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if ctx.needs_input_grad[3] else None
         del dytq, dyts, atq, ats
@@ -456,7 +480,7 @@ class _FusedExperts(torch.autograd.Function):
         del da, h13
         dx = None
         if ctx.needs_input_grad[0]:
-            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd"), offs, spec, grad_dtype)
+            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd", after=dq), offs, spec, grad_dtype)
             # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics; the combine
             # kernel with unit weights (1 * v is exact), one pass at copy speed (inductor's gather-sum: ~60%)
             dx = combine(dx_buf, pos, torch.ones_like(weights, dtype=torch.float32), spec)
