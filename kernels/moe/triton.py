@@ -22,7 +22,8 @@ and two ways to quantize it:
   MODE 3 under fp8_rowwise takes a column of [0, H) per program column and produces dh1 AND dh3 from one
   sigmoid and one read of da / h1 / h3 (the mx kernel computes both halves per output column).
 The quantization arithmetic is kernels/mxfp8/triton.py's (_encode, _exponent_from_amax_bits, ...) and
-kernels/float8_cast/triton.py's (_pow2_scale); nothing is re-derived here.
+kernels/float8_cast's amax_to_scale (fp8_rowwise scales, from the amax the first pass finds); nothing is
+re-derived here.
 
 Floating-point order: products and sums that the reference rounds one at a time (combine's weighted sum, the
 weighting of dy, SwiGLU) are inline PTX mul.rn / add.rn / rcp.rn.f32 when compiled: the explicit rounding mode
@@ -34,7 +35,6 @@ import triton
 import triton.language as tl
 
 from kernels.float8_cast.reference import E4M3, amax_to_scale
-from kernels.float8_cast.triton import _pow2_scale
 from kernels.grouped_gemm.triton_mx import _fix_interpreter_scalar_index
 from kernels.mxfp8.triton import (
     _INTERPRET,
@@ -363,18 +363,17 @@ def _f8_quant_store(v, rows, rmask, ocols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, 
 
 
 @triton.jit
-def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, ramax_ptr, scale_ptr, offs_ptr, N, P,
+def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, scale_ptr, offs_ptr, N, P,
                      C, H, E, MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
                      E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
-    # fp8_rowwise pass 2: q [P, C] with the row scales from ramax (s [P], stored by the first column tile) and
+    # fp8_rowwise pass 2: q [P, C] with the row scales s [P] and
     # qc [C, P] with scale[group(r), c] (scale fp32 [E, C]; zero bytes for rows past offs[-1]). MODE 3: a tile of
     # BD columns of [0, H) writes dh1's columns and dh3's (+H) from one sigmoid.
     HALVES: tl.constexpr = MODE == 3
     pid_m, pid_d, rows, cols, rmask, cmask, v, v2, _ = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H,
                                                                      H if HALVES else C, MODE, K, BM, BD, False,
                                                                      IS_BF16, HALVES)
-    rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0).to(tl.float32, bitcast=True))
-    tl.store(s_ptr + rows, rs, mask=rmask & (pid_d == 0))
+    rs = tl.load(s_ptr + rows, mask=rmask, other=1.0)
     g = _group_of(_group_ends(offs_ptr, E, E_PAD), rows)
     g0 = tl.min(tl.where(rmask, g, E), 0)
     g1 = tl.max(tl.where(rmask, g, 0), 0)
@@ -480,7 +479,6 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]
     q = torch.empty((P, C), dtype=u8, device=dev)
-    s = torch.empty((P,), dtype=f32, device=dev)
     qt = torch.empty((C, P), dtype=u8, device=dev)
     ramax = torch.zeros((P,), dtype=torch.int32, device=dev)
     gamax = torch.zeros((E + 1, C), dtype=torch.int32, device=dev)
@@ -492,12 +490,15 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     e_pad = triton.next_power_of_2(max(E, 2))
     if P and C:
         _f8_amax_kernel[(triton.cdiv(P, am * sub) * n_strips,)](
-            *args, ramax, gamax, dots if want_dot else s, offs, N, P, C, H, E, MODE=mode, K=K, BM=am, BD=ad, SUB=sub,
+            *args, ramax, gamax, dots if want_dot else gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=am, BD=ad,
+            SUB=sub,
             E_PAD=e_pad, IS_BF16=is_bf16, num_warps=aw)
+    # the scales from the amax bits by kernels.float8_cast's rule (tiny: [P] and [E, C])
+    s = amax_to_scale(ramax.view(f32), E4M3, round_to_pow2=True)  # [P]
     scale = amax_to_scale(gamax[:E].view(f32), E4M3, round_to_pow2=True)  # [E, C]
     if P and C:
         _f8_quant_kernel[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
-            *args, q, s, qt, ramax, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=qm, BD=qd, E_PAD=e_pad,
+            *args, q, s, qt, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=qm, BD=qd, E_PAD=e_pad,
             HW_CAST=hw, IS_BF16=is_bf16, num_warps=qw)
     return q.view(f8), s, qt.view(f8), scale, dots
 
