@@ -224,15 +224,17 @@ def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str =
 #   fprop(w2)          y [P, D] bf16 (kept: the router weights' gradient reads it)
 #   combine            out[t] = sum_j weights[t, j] * y[pos[t*k + j]]  (fp32 sum in slot order)
 # Saved for backward: xtq/xts, h13, atq/ats, y, the plan and the router weights; no bf16 permuted copy of x.
-# Backward: combine_backward (dy rows + token-major, router weights' gradient) -> dgrad(w2), wgrad(w2) ->
-# swiglu_quantize_backward -> dgrad(w13) -> dx[t] = sum_j dx_buf[pos[t*k + j]] (combine, unit weights) -> wgrad(w13).
+# Backward (each dgrad before its wgrad, for peak memory): combine_backward (dy rows + token-major, router
+# weights' gradient) -> dgrad(w2), wgrad(w2) -> swiglu_quantize_backward -> dgrad(w13) -> dx[t] = sum_j
+# dx_buf[pos[t*k + j]] (combine, unit weights) -> wgrad(w13).
 # wgrad writes the parameter dtype from the GEMM (mxfp8: the kernel's bf16/fp32 output; fp8_rowwise:
 # torch._scaled_grouped_mm's bf16 output, cast only for fp32 parameters).
 #
 # Activation ops: kernels.moe (contract 2; Triton on CUDA, its plain PyTorch reference for the emulated twin),
-# except the mxfp8 wgrad-tiled copies (see the activation section). Weights: contract 1,
+# with mxfp8's wgrad-tiled x^T / a^T (col_tile=128). Weights: contract 1,
 # titan_fp8.float8.expert_weights.expert_weight_operands (cached once per optimizer step in eager; under
-# torch.compile inductor fuses the casts; a float8-all-gathered weight brings its own bytes).
+# torch.compile inductor fuses the casts; a float8-all-gathered weight brings its own bytes), except compiled
+# mxfp8's dgrad operand of a plain weight, quantized in backward (_weight: no float8 weight kept for backward).
 # Scale convention (fp8_rowwise, activations and weights alike): the project's quantization scales (value =
 # data / scale; kernels.moe, contract 1); torch._scaled_grouped_mm multiplies by their reciprocals (powers of two:
 # exact; [E, N]-sized for weights, so the inversion is negligible).
