@@ -284,10 +284,8 @@ def test_compiles_fullgraph_without_host_sync(recipe, gran):
     _assert_compiled_equals_eager(fused, spec, x, w, plan, g)
 
 
-def test_kernel_path_compiles_fullgraph_interpreted():
-    """The non-emulated mxfp8 path (kernels.grouped_gemm's quantizer and GEMMs through its backend switch, Triton
-    interpreted on CPU) traces with fullgraph=True on its FIRST call (the backend choice must not graph-break:
-    a log call in it did, which ran the whole op eagerly) and equals the emulated twin bit for bit."""
+def _two_experts_kernel_path():
+    """A small mx128 layer (2 experts, both used) and the non-emulated spec (Triton interpreted on CPU)."""
     torch._dynamo.reset()
     D2, H2, E2, n = 128, 128, 2, 40
     torch.manual_seed(0)
@@ -304,7 +302,14 @@ def test_kernel_path_compiles_fullgraph_interpreted():
     plan = dispatch_plan(ids, E2, fused.token_group_align)
     kernel_spec = make_fused_spec("mxfp8", "mx128", "auto", device="cuda")  # "cuda": the kernel path
     assert not kernel_spec.emulated
+    return fused, x, w, g, plan, kernel_spec
 
+
+def test_kernel_path_compiles_fullgraph_interpreted():
+    """The non-emulated mxfp8 path (kernels.grouped_gemm's quantizer and GEMMs through its backend switch, Triton
+    interpreted on CPU) traces with fullgraph=True on its FIRST call (the backend choice must not graph-break:
+    a log call in it did, which ran the whole op eagerly) and equals the emulated twin bit for bit."""
+    fused, x, w, g, plan, kernel_spec = _two_experts_kernel_path()
     _assert_compiled_equals_eager(fused, kernel_spec, x, w, plan, g)
 
 
@@ -313,18 +318,9 @@ def test_compiled_kernel_path_keeps_no_float8_weight_for_backward():
     operand is quantized in backward (titan_fp8::mxfp8_dgrad_weight_operand, tied to a backward tensor), not
     shared with forward's fprop operand by CSE or hoisted into forward by the partitioner (that kept 276 MB of
     float8 weights alive at llama_moe). The op's fake implementation matches it."""
-    torch._dynamo.reset()
-    D2, H2, E2, n = 128, 128, 2, 40
-    torch.manual_seed(0)
-    fused = Float8GroupedExperts(D2, H2, E2, "mxfp8", "mx128", "emulated")
-    fused.init_weights(0.05)
-    fused = fused.to(torch.bfloat16)
-    ids = torch.zeros(n, 2, dtype=torch.int64)
-    ids[:, 1] = 1
-    x = torch.randn(n, D2).to(torch.bfloat16).requires_grad_()
-    w = torch.rand(n, 2)
-    plan = dispatch_plan(ids, E2, fused.token_group_align)
-    spec = make_fused_spec("mxfp8", "mx128", "auto", device="cuda")  # the kernel path (interpreted here)
+    fused, x, w, _, plan, spec = _two_experts_kernel_path()
+    x = x.requires_grad_()
+    D2, H2, E2 = fused.dim, fused.hidden_dim, fused.num_experts
 
     def step(x, w, w13, w2, src, pos, offs):
         return fused_experts(x, w, w13, w2, DispatchPlan(src, pos, offs, offs), spec)
