@@ -21,9 +21,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,te
 (python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('CUTLASS extension ready')" \
     > /tmp/cutlass_build.log 2>&1) &
 BUILD=$!
-timeout 100 python3 -m pytest -x -q tests/gpu/test_moe_kernels_gpu.py 2>&1 | tee "$OUT/gpu_tests_kernels.log" | tail -4
+timeout 150 python3 -m pytest -x -q tests/gpu/test_moe_kernels_gpu.py 2>&1 | tee "$OUT/gpu_tests_kernels.log" | tail -4
 wait $BUILD; tail -3 /tmp/cutlass_build.log
-timeout 120 python3 -m pytest -x -q tests/gpu/test_float8_moe_fused_gpu.py 2>&1 | tee "$OUT/gpu_tests_fused.log" | tail -4
+timeout 150 python3 -m pytest -x -q tests/gpu/test_float8_moe_fused_gpu.py 2>&1 | tee "$OUT/gpu_tests_fused.log" | tail -4
 echo "tests done at $(( $(date +%s) - T0 )) s"
 timeout 60 python3 benchmarks/moe_kernels.py --out "$OUT" --no-compile --recipes fp8_rowwise,mxfp8/128 \
     2>&1 | tee "$OUT/moe_kernels.log"
