@@ -15,6 +15,11 @@ replays timed with events, median of 7 (no host cost, no L2 flush; every tensor 
 
     python benchmarks/moe_kernels.py [--out DIR] [--budget SECONDS] [--no-compile]
     python benchmarks/moe_kernels.py --smoke     # CPU, Triton interpreter, tiny shapes, no timing claims
+    python benchmarks/moe_kernels.py --shapes dsv3_layer --recipes fp8_rowwise,mxfp8/128 --sweep --no-compile
+--shapes / --recipes pick rows; mxfp8 dispatch / SwiGLU rows run with col_tile=128 (what the fused mx128 / mx32
+path asks for: wgrad's block x 128 token-major operand). --sweep (after the table): kernels.moe's launch configs
+(fp8_rowwise pass 1 / pass 2 per mode, mxfp8 block-128 SwiGLU warps and MODE 3 halves) timed one change at a
+time against the defaults at the first shape; "best" per pass is what to set in kernels/moe/triton.py.
 Ours and copy are timed for every row first; the compiled peers follow (dsv3_layer first) while --budget lasts.
 Writes <out>/moe_kernels-<device>-<date>.json (after every row) and prints a table.
 """
@@ -47,6 +52,9 @@ def parse():
     p.add_argument("--budget", type=float, default=240.0, help="seconds; compiled peers stop being added after it")
     p.add_argument("--no-compile", action="store_true")
     p.add_argument("--smoke", action="store_true")
+    p.add_argument("--shapes", default=None, help="comma list of SHAPES keys (default: all)")
+    p.add_argument("--recipes", default=None, help="comma list of fp8_rowwise, mxfp8/32, mxfp8/128 (default: all)")
+    p.add_argument("--sweep", action="store_true", help="time alternative launch configs (see the docstring)")
     return p.parse_args()
 
 
@@ -54,6 +62,11 @@ ARGS = parse()
 DEV = "cpu" if ARGS.smoke else "cuda"
 if ARGS.smoke:
     SHAPES = {"tiny": (24, 128, 128, 4, 2)}
+elif ARGS.shapes:
+    SHAPES = {k: SHAPES[k] for k in ARGS.shapes.split(",")}
+if ARGS.recipes:
+    _want = ARGS.recipes.split(",")
+    RECIPES = [r for r in RECIPES if (r[0] if r[0] == "fp8_rowwise" else f"{r[0]}/{r[1]}") in _want]
 
 
 def timed_ms(fn, calls=10):
@@ -78,6 +91,13 @@ def out_bytes(P, C, E, recipe):
     return 2 * P * C + scales
 
 
+def reread_bytes(shape, op, P):
+    """fp8_rowwise's second read of its inputs (pass 2): what its floor adds to the one-read byte count."""
+    N, D, H, E, k = SHAPES[shape]
+    return {"dispatch_quantize": 2 * N * k * D, "combine_backward": 2 * N * k * D, "swiglu_quantize": 2 * P * 2 * H,
+            "swiglu_quantize_backward": 2 * P * 3 * H}.get(op, 0)
+
+
 def cases(shape, recipe, block, align):
     N, D, H, E, k = SHAPES[shape]
     torch.manual_seed(0)
@@ -90,13 +110,19 @@ def cases(shape, recipe, block, align):
     h13, da = torch.randn(P, 2 * H, device=DEV, dtype=bf), torch.randn(P, H, device=DEV, dtype=bf)
     w = torch.rand(N, k, device=DEV)
     idx = 8 * P + 4 * E
+    ct = 128 if recipe == "mxfp8" else 1  # the fused mxfp8 path's x^T / a^T tiles
+
+    def with_ct(f):
+        return lambda *a: f(*a, col_tile=ct)
+
     return P, [
-        ("dispatch_quantize", km.dispatch_quantize, ref.dispatch_quantize_reference,
+        ("dispatch_quantize", with_ct(km.dispatch_quantize), with_ct(ref.dispatch_quantize_reference),
          (x, plan.src, plan.offs, recipe, block), 2 * R * D + idx + out_bytes(P, D, E, recipe)),
         ("combine_backward", km.combine_backward, ref.combine_backward_reference,
          (dout, y, plan.pos, w, plan.src, plan.offs, recipe, block),
          2 * N * D + 2 * R * D + idx + 12 * R + out_bytes(P, D, E, recipe) + 4 * R),
-        ("swiglu_quantize", km.swiglu_quantize, ref.swiglu_quantize_reference, (h13, plan.offs, recipe, block),
+        ("swiglu_quantize", with_ct(km.swiglu_quantize), with_ct(ref.swiglu_quantize_reference),
+         (h13, plan.offs, recipe, block),
          2 * P * 2 * H + out_bytes(P, H, E, recipe)),
         ("swiglu_quantize_backward", km.swiglu_quantize_backward, ref.swiglu_quantize_backward_reference,
          (da, h13, plan.offs, recipe, block), 2 * P * H + 2 * P * 2 * H + out_bytes(P, 2 * H, E, recipe)),
@@ -107,6 +133,65 @@ def cases(shape, recipe, block, align):
 def km_plan(experts, E, align):
     from titan_fp8.models.moe import dispatch_plan
     return dispatch_plan(experts, E, align)
+
+
+# --sweep: alternatives to kernels/moe/triton.py's defaults (one change at a time; no spills in ptxas -v sm_90a
+# unless noted there)
+F8_AMAX_ALT = {0: [(32, 128, 8, 4), (64, 256, 4, 8), (32, 256, 4, 4)],
+               1: [(32, 64, 8, 4), (32, 256, 8, 8), (32, 128, 4, 4)],
+               2: [(16, 128, 8, 4), (32, 64, 8, 4), (32, 128, 8, 8)],
+               3: [(16, 64, 8, 4), (32, 32, 8, 4), (32, 64, 8, 8)]}
+F8_QUANT_ALT = {0: [(32, 128, 2), (64, 128, 4), (32, 256, 8)],
+                1: [(32, 128, 2), (64, 128, 4), (32, 256, 8)],
+                2: [(32, 128, 4), (16, 64, 4), (32, 64, 2)],
+                3: [(32, 32, 4), (16, 64, 4), (32, 64, 8)]}
+MX_ALT = {("col_tile", 128, 2): [(128, 128, 8), (128, 128, 16)],
+          ("plain", 128, 3): [(128, 128, 16, False), (128, 128, 16, True), (128, 128, 8, True)],
+          ("plain", 128, 1): [(128, 128, 8, False), (128, 128, 16, False)]}
+
+
+def sweep(rows, dump):
+    """Time launch-config alternatives at the first shape (module docstring); appends rows kind='sweep'."""
+    from kernels.moe import triton as kt
+    shape = next(iter(SHAPES))
+    print(f"-- sweep at {shape}: kernels.moe launch configs (ms per call; * = the default) --", flush=True)
+
+    def run(table, key, cands, fn, label):
+        default = table[key]
+        results = []
+        for cfg in [default] + [c for c in cands if c != default]:
+            table[key] = cfg
+            try:
+                ms = timed_ms(fn)
+            except Exception as e:  # a config that fails to compile or launch is reported, not fatal
+                ms, err = float("nan"), f"{type(e).__name__}: {str(e)[:120]}"
+            else:
+                err = None
+            results.append((cfg, ms))
+            rows.append(dict(kind="sweep", shape=shape, what=label, config=list(cfg), default=cfg == default,
+                             ms=round(ms, 4), error=err))
+            print(f"  {label:34} {str(cfg):24} {ms:8.4f}{' *' if cfg == default else ''}{'  ' + err if err else ''}",
+                  flush=True)
+        table[key] = default
+        best = min((r for r in results if r[1] == r[1]), key=lambda r: r[1], default=None)
+        if best is not None:
+            print(f"  {label:34} best {best[0]} {best[1]:.4f} ms (default {results[0][1]:.4f})", flush=True)
+        dump()
+
+    for recipe, block, align in RECIPES:
+        _, runs = cases(shape, recipe, block, align)
+        fns = [(lambda f=f, a=a: f(*a)) for _, f, _, a, _ in runs[:4]]  # index = kernels.moe MODE
+        if recipe == "fp8_rowwise":
+            for mode in range(4):
+                run(kt.F8_AMAX_CONFIGS, mode, F8_AMAX_ALT[mode], fns[mode], f"fp8_rowwise pass1 mode {mode}")
+                run(kt.F8_QUANT_CONFIGS, mode, F8_QUANT_ALT[mode], fns[mode], f"fp8_rowwise pass2 mode {mode}")
+        else:
+            for (kind, blk, mode), cands in MX_ALT.items():
+                if blk == block:
+                    table = kt.MX_COL_TILE_CONFIGS if kind == "col_tile" else kt.MX_CONFIGS
+                    run(table, (blk, mode), cands, fns[mode], f"mxfp8/{blk} {kind} mode {mode}")
+        del runs
+        torch.cuda.empty_cache()
 
 
 def main():
@@ -133,10 +218,12 @@ def main():
     def show(row):
         label = f"{row['recipe']}{'/' + str(row['block']) if row['recipe'] == 'mxfp8' else ''}"
         print(f"{row['shape']:11} {row['op']:25} {label:12} {row['bytes'] / 1e6:7.0f} {row['ours_ms']:8.3f} "
-              f"{row['pct_of_copy']:6.1f}% {row.get('ref_compiled_ms', float('nan')):8.3f} "
+              f"{row['pct_of_copy']:6.1f}% {row.get('pct_of_copy_floor', float('nan')):6.1f}% "
+              f"{row.get('ref_compiled_ms', float('nan')):8.3f} "
               f"{row.get('speedup_vs_ref', float('nan')):8.2f} {row.get('ref_error', '')}", flush=True)
 
-    header = f"{'shape':11} {'op':25} {'recipe':12} {'MB':>7} {'ours ms':>8} {'% copy':>7} {'ref ms':>8} {'ref/ours':>8}"
+    header = (f"{'shape':11} {'op':25} {'recipe':12} {'MB':>7} {'ours ms':>8} {'% copy':>7} {'floor%':>7} "
+              f"{'ref ms':>8} {'ref/ours':>8}")
     print(header)
     for phase in ("ours", "ref"):
         if phase == "ref":
@@ -158,6 +245,10 @@ def main():
                                          P=P, bytes=nbytes, ours_ms=round(ms, 4),
                                          ours_TBps=round(nbytes / ms / 1e9, 3), copy_ms=round(cms, 4),
                                          pct_of_copy=round(100 * cms / ms, 1)))
+                        if recipe == "fp8_rowwise":  # against its floor: inputs read twice
+                            floor = nbytes + reread_bytes(shape, name, P)
+                            rows[-1].update(floor_bytes=floor,
+                                            pct_of_copy_floor=round(100 * cms / ms * floor / nbytes, 1))
                         show(rows[-1])
                     else:
                         row = rows[i]
@@ -178,6 +269,8 @@ def main():
                 if DEV == "cuda":
                     torch.cuda.empty_cache()
     dump()
+    if args.sweep:
+        sweep(rows, dump)
     print("wrote", path)
 
 

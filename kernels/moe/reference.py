@@ -85,7 +85,7 @@ def quantize_both(v, offs, recipe, block, col_tile=1):
 def _sigmoid(x: torch.Tensor) -> torch.Tensor:
     """1 / (1 + 2^t), t = clamp(x * -log2(e), -64, 127), 2^t = 2^n * p(t - n) with n = floor(t + 1/2) and p a
     degree-7 polynomial (Horner). Every step is ONE correctly rounded fp32 op, in this order, with nothing fused
-    (the Triton twin uses mul.rn / add.rn / div.rn), so both sides give the same bits. Relative error: a few ulp
+    (the Triton twin uses mul.rn / add.rn / rcp.rn), so both sides give the same bits. Relative error: a few ulp
     plus |x| * 2^-24 (t rounded to fp32 carries through 2^t; it matters only where sigmoid is tiny); for
     x < -88 the clamp gives ~2^-127 instead of a smaller value (silu's absolute error there < 1e-36).
     NaN in -> NaN out."""
@@ -97,7 +97,7 @@ def _sigmoid(x: torch.Tensor) -> torch.Tensor:
         p = p * f + c
     two_n = ((n.to(torch.int32) + 127) << 23).view(torch.float32)  # n in [-64, 127]: normal, exact
     e = p * two_n
-    s = torch.reciprocal(1.0 + e)  # IEEE 1/x (Triton: div_rn(1, x))
+    s = torch.reciprocal(1.0 + e)  # IEEE 1/x (Triton: rcp.rn.f32)
     return torch.where(torch.isnan(x), x, s)
 
 

@@ -9,18 +9,24 @@ One prologue (_values) makes the fp32 tile a kernel quantizes, by MODE:
 and two ways to quantize it:
   _mx_kernel        mxfp8, ONE pass: a BM x BD tile -> row copy (blocks of `block` along the features) AND the
                     token-major copy (blocks of `block` tokens, stored transposed [C, P]; its scales [P/32, C]).
-  _f8_amax_kernel   fp8_rowwise pass 1 over BM x BD tiles: the row amax and the per-(expert group, column) amax,
-                    by relaxed int32 atomic max on the magnitude bits (max is order-free: deterministic).
-  _f8_quant_kernel  fp8_rowwise pass 2, same tiles: the row copy and the token-major copy (stored transposed
-                    [C, P]) with the now known scales. A per-row or per-group scale needs its amax before any byte
-                    is written and a row / group does not fit on chip, so fp8_rowwise reads its inputs twice
+  _f8_amax_kernel   fp8_rowwise pass 1: each program walks SUB row tiles down one strip of columns; the row amax
+                    and the per-(expert group, column) amax as int32 magnitude bits by relaxed atomic max (max is
+                    order-free: deterministic); the column maxima stay in registers while the rows stay in one
+                    group, so the atomics are ~P*C/BD + C*programs-per-strip, not one per row and column per tile.
+  _f8_quant_kernel  fp8_rowwise pass 2: the row copy and the token-major copy (stored transposed [C, P]) with the
+                    now known scales (one [BD] vector of column scales per tile and group).
+                    A per-row or per-group scale needs its amax before any byte is written and a row / group does
+                    not fit on chip, so fp8_rowwise reads its inputs twice: the floor is 2 reads + 2 fp8 writes
                     (a first version held whole rows in registers, one row per iteration: 230 registers, one
                     program per SM, 11-25% of copy on H100).
+  MODE 3 under fp8_rowwise takes a column of [0, H) per program column and produces dh1 AND dh3 from one
+  sigmoid and one read of da / h1 / h3 (the mx kernel computes both halves per output column).
 The quantization arithmetic is kernels/mxfp8/triton.py's (_encode, _exponent_from_amax_bits, ...) and
-kernels/float8_cast/triton.py's (_pow2_scale); nothing is re-derived here.
+kernels/float8_cast's amax_to_scale (fp8_rowwise scales, from the amax the first pass finds); nothing is
+re-derived here.
 
 Floating-point order: products and sums that the reference rounds one at a time (combine's weighted sum, the
-weighting of dy, SwiGLU) are inline PTX mul.rn / add.rn / div.rn.f32 when compiled: the explicit rounding mode
+weighting of dy, SwiGLU) are inline PTX mul.rn / add.rn / rcp.rn.f32 when compiled: the explicit rounding mode
 keeps ptxas from contracting them into FMAs, and, unlike libdevice's __nv_fmul_rn (which Triton links as
 mul.rn.ftz), they keep subnormals as torch does. Under the interpreter plain numpy fp32 ops round the same way.
 """
@@ -29,7 +35,6 @@ import triton
 import triton.language as tl
 
 from kernels.float8_cast.reference import E4M3, amax_to_scale
-from kernels.float8_cast.triton import _pow2_scale
 from kernels.grouped_gemm.triton_mx import _fix_interpreter_scalar_index
 from kernels.mxfp8.triton import (
     _INTERPRET,
@@ -60,7 +65,6 @@ _RN = tl.constexpr(not _INTERPRET)  # inline PTX *.rn.f32 when compiled
 # ----------------------------------------------------------------------------------------- rounded ops
 _MUL = tl.constexpr("mul.rn.f32 $0, $1, $2;")
 _ADD = tl.constexpr("add.rn.f32 $0, $1, $2;")
-_DIV = tl.constexpr("div.rn.f32 $0, $1, $2;")
 
 
 @triton.jit
@@ -71,10 +75,8 @@ def _rounded(a, b, ASM: tl.constexpr):
         r = tl.inline_asm_elementwise(ASM, "=f,f,f", [a, b], dtype=tl.float32, is_pure=True, pack=1)
     elif ASM == _MUL:
         r = a * b
-    elif ASM == _ADD:
-        r = a + b
     else:
-        r = a / b
+        r = a + b
     return r
 
 
@@ -89,8 +91,13 @@ def _add(a, b):
 
 
 @triton.jit
-def _div(a, b):
-    return _rounded(a, b, _DIV)
+def _rcp(x):
+    """1 / x correctly rounded (IEEE, as torch.reciprocal / div.rn): rcp.rn.f32 is shorter than div.rn.f32."""
+    if _RN:
+        r = tl.inline_asm_elementwise("rcp.rn.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1)
+    else:
+        r = 1.0 / x
+    return r
 
 
 @triton.jit
@@ -116,8 +123,7 @@ def _sigmoid(x):
     p = _add(_mul(p, f), _k(x, _C1))
     p = _add(_mul(p, f), _k(x, _C0))
     two_n = ((n.to(tl.int32) + 127) << 23).to(tl.float32, bitcast=True)
-    one = _k(x, 1.0)
-    s = _div(one, _add(_mul(p, two_n), one))
+    s = _rcp(_add(_mul(p, two_n), _k(x, 1.0)))
     return tl.where(x != x, x, s)
 
 
@@ -130,10 +136,25 @@ def _gather_src(src_ptr, rows, rmask, N):
 
 
 @triton.jit
+def _swiglu_grads(da_ptr, h13_ptr, rows, cc, m, H, IS_BF16: tl.constexpr):
+    """(dh1, dh3) at columns cc of [0, H) (reference.swiglu_grad_values, op for op) from da [P, H], h13 [P, 2H]."""
+    base = rows[:, None] * (2 * H) + cc[None, :]
+    g = _widen(_load_raw(da_ptr, rows[:, None] * H + cc[None, :], m, IS_BF16), IS_BF16)
+    h1 = _widen(_load_raw(h13_ptr, base, m, IS_BF16), IS_BF16)
+    h3 = _widen(_load_raw(h13_ptr, base + H, m, IS_BF16), IS_BF16)
+    s = _sigmoid(h1)
+    one = _k(s, 1.0)
+    dsilu = _mul(s, _add(_mul(h1, _add(-s, one)), one))
+    return _mul(_mul(g, h3), dsilu), _mul(g, _mul(h1, s))
+
+
+@triton.jit
 def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE: tl.constexpr,
-            K: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr):
-    """The fp32 tile [BM, BC] to quantize (rows int64 buffer rows, cols int32 output columns) and, MODE 1 with
-    WANT_DOT, the per-row partial dot <dout, y> over these columns (else zeros)."""
+            K: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr, HALVES: tl.constexpr = False):
+    """(v, v2, dot): the fp32 tile [BM, BC] to quantize (rows int64 buffer rows, cols int32 output columns), and,
+    MODE 1 with WANT_DOT, the per-row partial dot <dout, y> over these columns (else zeros). HALVES (MODE 3
+    only): cols are in [0, H) and v / v2 are dh1 (output columns cols) / dh3 (cols + H) from ONE sigmoid of h1
+    and one read of da, h1, h3; otherwise v2 is v."""
     dot = tl.zeros(rows.shape, dtype=tl.float32)
     if MODE == 0:  # dispatch: a = x [N, C], b = src
         t, real = _gather_src(b_ptr, rows, rmask, N)
@@ -158,48 +179,38 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
         h1 = _widen(_load_raw(a_ptr, base, m, IS_BF16), IS_BF16)
         h3 = _widen(_load_raw(a_ptr, base + H, m, IS_BF16), IS_BF16)
         v = _mul(_mul(h1, _sigmoid(h1)), h3)
+    elif HALVES:  # SwiGLU backward, both halves: a = da [P, H], b = h13 [P, 2H]; cols in [0, H)
+        v, v2 = _swiglu_grads(a_ptr, b_ptr, rows, cols, rmask[:, None] & cmask[None, :], H, IS_BF16)
     else:  # SwiGLU backward: a = da [P, H], b = h13 [P, 2H]; C == 2H, column c < H: dh1, else dh3
-        m = rmask[:, None] & cmask[None, :]
         hi = cols >= H
-        cc = tl.where(hi, cols - H, cols)
-        base = rows[:, None] * (2 * H) + cc[None, :]
-        g = _widen(_load_raw(a_ptr, rows[:, None] * H + cc[None, :], m, IS_BF16), IS_BF16)
-        h1 = _widen(_load_raw(b_ptr, base, m, IS_BF16), IS_BF16)
-        h3 = _widen(_load_raw(b_ptr, base + H, m, IS_BF16), IS_BF16)
-        s = _sigmoid(h1)
-        one = _k(s, 1.0)
-        dsilu = _mul(s, _add(_mul(h1, _add(-s, one)), one))
-        dh1 = _mul(_mul(g, h3), dsilu)
-        dh3 = _mul(g, _mul(h1, s))
+        dh1, dh3 = _swiglu_grads(a_ptr, b_ptr, rows, tl.where(hi, cols - H, cols), rmask[:, None] & cmask[None, :],
+                                 H, IS_BF16)
         v = tl.where(hi[None, :], dh3, dh1)
-    return v, dot
+    if not HALVES:
+        v2 = v
+    return v, v2, dot
 
 
 # ----------------------------------------------------------------------------------------- kernels
 @triton.jit
-def _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H, MODE: tl.constexpr, K: tl.constexpr,
-                 BM: tl.constexpr, BD: tl.constexpr, IS_BF16: tl.constexpr):
-    """This program's BM x BD tile of the values to quantize (and, MODE 1, its partial dots stored to dot [C/BD, P]);
-    shared by the one-pass MX kernel and the rowwise first pass."""
-    pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
+def _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H, CL, MODE: tl.constexpr, K: tl.constexpr,
+                 BM: tl.constexpr, BD: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr,
+                 HALVES: tl.constexpr):
+    """This program's BM x BD tile (of CL columns; neighbouring programs walk along them) and its values."""
+    pid_m, pid_d = _tile_ids(P, CL, BM, BD, True)
     rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
     cols = pid_d * BD + tl.arange(0, BD)
     rmask = rows < P
-    cmask = cols < C
-    v, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16)
-    if MODE == 1:
-        tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
-    return pid_m, pid_d, rows, cols, rmask, cmask, v
+    cmask = cols < CL
+    v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, WANT_DOT,
+                         IS_BF16, HALVES)
+    return pid_m, pid_d, rows, cols, rmask, cmask, v, v2, dot
 
 
 @triton.jit
-def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
-               MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
-               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1):
-    # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
-    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features
-    pid_m, pid_d, rows, cols, rmask, cmask, v = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H,
-                                                              MODE, K, BM, BD, IS_BF16)
+def _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
+              QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, HW_CAST: tl.constexpr, COL_TILE: tl.constexpr):
+    """Quantize the tile v [BM, BD] (output columns cols; their 32-blocks kb) both ways and store it."""
     mask = rmask[:, None] & cmask[None, :]
     # rows: blocks of QB along the features
     xr = tl.reshape(v, [BM, BD // QB, QB])
@@ -209,8 +220,7 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     tl.store(qr_ptr + rows[:, None] * C + cols[None, :], tl.reshape(cr, [BM, BD]), mask=mask)
     sb = _scale_byte(ar, er).to(tl.uint8)
     sb = tl.reshape(tl.broadcast_to(sb[:, :, None], [BM, BD // QB, QB // 32]), [BM, BD // 32])
-    kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
-    tl.store(sr_ptr + rows[:, None] * (C // 32) + kb[None, :], sb, mask=rmask[:, None] & (kb < C // 32)[None, :])
+    tl.store(sr_ptr + rows[:, None] * (C // 32) + kb[None, :], sb, mask=rmask[:, None] & kmask[None, :])
     # token-major: blocks of QB tokens, stored transposed
     xc = tl.reshape(v, [BM // QB, QB, BD])
     ac = _amax_bits(xc, 1)
@@ -228,55 +238,148 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
 
 
 @triton.jit
-def _group_of(offs_ptr, E, rows, E_PAD: tl.constexpr):
-    """Expert group of each row (E for rows at or past offs[-1])."""
+def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
+               MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
+               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1, HALVES: tl.constexpr = False):
+    # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
+    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features.
+    # HALVES (MODE 3): the tile's columns are in [0, H) and it writes dh1's (cols) and dh3's (cols + H) from one
+    # sigmoid and one read of da / h1 / h3.
+    CL = H if HALVES else C
+    pid_m, pid_d, rows, cols, rmask, cmask, v, v2, dot = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H, CL,
+                                                                       MODE, K, BM, BD, True, IS_BF16, HALVES)
+    if MODE == 1:
+        tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
+    kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
+    kmask = kb < CL // 32
+    _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C, QB, BM, BD,
+              HW_CAST, COL_TILE)
+    if HALVES:
+        _mx_store(v2, pid_m, rows, rmask, cols + H, cmask, kb + H // 32, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
+                  QB, BM, BD, HW_CAST, COL_TILE)
+
+
+@triton.jit
+def _group_ends(offs_ptr, E, E_PAD: tl.constexpr):
+    """offs as int64 [E_PAD], padded with a huge end (a row's group = how many ends it is at or past)."""
     ev = tl.arange(0, E_PAD)
-    ends = tl.load(offs_ptr + ev, mask=ev < E, other=2147483647).to(tl.int64)
+    return tl.load(offs_ptr + ev, mask=ev < E, other=2147483647).to(tl.int64)
+
+
+@triton.jit
+def _group_of(ends, rows):
+    """Expert group of each row (E for rows at or past offs[-1])."""
     return tl.sum((rows[:, None] >= ends[None, :]).to(tl.int32), 1)
 
 
 @triton.jit
-def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot_ptr, offs_ptr, N, P, C, H, E,
-                    MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, E_PAD: tl.constexpr,
-                    IS_BF16: tl.constexpr):
-    # fp8_rowwise pass 1 over BM x BD tiles: int32 bits of max |value| (NaN as inf) per row (ramax [P]) and per
-    # (expert group, column) (gamax [E + 1, C]; row E: rows past offs[-1]), by relaxed atomic max (order-free:
-    # deterministic); dot [C/BD, P] partial dots (MODE 1).
-    pid_m, pid_d, rows, cols, rmask, cmask, v = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, dot_ptr, N, P, C, H,
-                                                              MODE, K, BM, BD, IS_BF16)
-    ab = tl.minimum(v.to(tl.int32, bitcast=True) & 0x7FFFFFFF, 0x7F800000)
-    tl.atomic_max(ramax_ptr + rows, tl.max(ab, 1), mask=rmask, sem="relaxed")
-    g = _group_of(offs_ptr, E, rows, E_PAD)
-    g0 = tl.min(tl.where(rmask, g, E), 0)
-    g1 = tl.max(tl.where(rmask, g, 0), 0)
-    for gg in range(g0, g1 + 1):  # usually one group per tile; any group boundaries work
-        cm = tl.max(tl.where((g == gg)[:, None], ab, 0), 0)
-        tl.atomic_max(gamax_ptr + gg * C + cols, cm, mask=cmask, sem="relaxed")
+def _mag_bits(v):
+    """int32 bits of |v| with NaN as inf (integer max == float max on them; NaN/inf -> a NaN scale)."""
+    return tl.minimum(v.to(tl.int32, bitcast=True) & 0x7FFFFFFF, 0x7F800000)
 
 
 @triton.jit
-def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, ramax_ptr, scale_ptr, offs_ptr, N, P,
+def _col_max(ab, sel):
+    return tl.max(tl.where(sel[:, None], ab, 0), 0)
+
+
+@triton.jit
+def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot_ptr, offs_ptr, N, P, C, H, E,
+                    MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, SUB: tl.constexpr,
+                    E_PAD: tl.constexpr, IS_BF16: tl.constexpr):
+    # fp8_rowwise pass 1: int32 bits of max |value| (NaN as inf) per row (ramax [P]) and per (expert group, column)
+    # (gamax [E + 1, C]; row E: rows past offs[-1]); dot [n_strips, P] partial dots (MODE 1). A program walks
+    # SUB row tiles of BM rows down one strip of BD columns (MODE 3: BD columns of [0, H), i.e. dh1's and dh3's):
+    # the row maxima go out by one relaxed atomic max per row and tile, the column maxima stay in registers while
+    # the rows belong to one group and go out once per group seen (max is order-free: deterministic). Atomics:
+    # P * C / BD + C * (programs down a strip + group boundaries), instead of one per row and column per tile.
+    HALVES: tl.constexpr = MODE == 3
+    CL = H if HALVES else C  # columns this kernel walks
+    n_d = tl.cdiv(CL, BD)
+    pid = tl.program_id(0)
+    pid_m = pid // n_d
+    pid_d = pid - pid_m * n_d
+    cols = pid_d * BD + tl.arange(0, BD)
+    cmask = cols < CL
+    ends = _group_ends(offs_ptr, E, E_PAD)
+    row0 = pid_m.to(tl.int64) * (SUB * BM)
+    cur = tl.sum((row0 >= ends).to(tl.int32), 0)  # the group whose column maxima the registers hold
+    acc = tl.zeros([BD], dtype=tl.int32)
+    acc2 = tl.zeros([BD], dtype=tl.int32)
+    for i in range(SUB):
+        rows = row0 + i * BM + tl.arange(0, BM)
+        rmask = rows < P
+        v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True,
+                             IS_BF16, HALVES)
+        ab = _mag_bits(v)
+        rmax = tl.max(ab, 1)
+        ab2 = ab
+        if HALVES:
+            ab2 = _mag_bits(v2)
+            rmax = tl.maximum(rmax, tl.max(ab2, 1))
+        tl.atomic_max(ramax_ptr + rows, rmax, mask=rmask, sem="relaxed")
+        if MODE == 1:
+            tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
+        g = _group_of(ends, rows)
+        g1 = tl.max(tl.where(rmask, g, cur), 0)  # groups grow with the row: the last group of this tile
+        if g1 != cur:  # a group boundary: flush the registers, write every group but the last, go on with it
+            tl.atomic_max(gamax_ptr + cur * C + cols, acc, mask=cmask, sem="relaxed")
+            if HALVES:
+                tl.atomic_max(gamax_ptr + cur * C + H + cols, acc2, mask=cmask, sem="relaxed")
+            for gg in range(cur, g1):
+                sel = rmask & (g == gg)
+                tl.atomic_max(gamax_ptr + gg * C + cols, _col_max(ab, sel), mask=cmask, sem="relaxed")
+                if HALVES:
+                    tl.atomic_max(gamax_ptr + gg * C + H + cols, _col_max(ab2, sel), mask=cmask, sem="relaxed")
+            acc = tl.zeros([BD], dtype=tl.int32)
+            acc2 = tl.zeros([BD], dtype=tl.int32)
+            cur = g1
+        sel = rmask & (g == cur)
+        acc = tl.maximum(acc, _col_max(ab, sel))
+        if HALVES:
+            acc2 = tl.maximum(acc2, _col_max(ab2, sel))
+    tl.atomic_max(gamax_ptr + cur * C + cols, acc, mask=cmask, sem="relaxed")
+    if HALVES:
+        tl.atomic_max(gamax_ptr + cur * C + H + cols, acc2, mask=cmask, sem="relaxed")
+
+
+@triton.jit
+def _f8_quant_store(v, rows, rmask, ocols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E,
+                    HW_CAST: tl.constexpr):
+    """q[rows, ocols] = v with its row scales rs; qc[ocols, rows] = v with scale[group(row), ocol] (zero bytes for
+    rows past offs[-1]). The first group's scales are one [BD] vector; rows of further groups in the tile (rare)
+    are re-encoded with theirs. (A store masked per group would lose the 16-byte stores.)"""
+    code = _encode(v * rs[:, None], (rs != rs)[:, None], HW_CAST)
+    tl.store(q_ptr + rows[:, None] * C + ocols[None, :], code, mask=rmask[:, None] & cmask[None, :])
+    ga = tl.minimum(g0, E - 1)
+    sc = tl.load(scale_ptr + ga * C + ocols, mask=cmask, other=0.0)
+    ct = _encode(v * sc[None, :], (sc != sc)[None, :], HW_CAST)
+    for gg in range(ga + 1, tl.minimum(g1, E - 1) + 1):
+        sg = tl.load(scale_ptr + gg * C + ocols, mask=cmask, other=0.0)
+        ct = tl.where((g == gg)[:, None], _encode(v * sg[None, :], (sg != sg)[None, :], HW_CAST), ct)
+    ct = tl.where((g < E)[:, None], ct, 0).to(tl.uint8)
+    tl.store(qc_ptr + ocols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(ct),
+             mask=cmask[:, None] & rmask[None, :])
+
+
+@triton.jit
+def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, scale_ptr, offs_ptr, N, P,
                      C, H, E, MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
                      E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
-    # fp8_rowwise pass 2: q [P, C] with the row scales from ramax (s [P], stored by the first column tile) and
-    # qc [C, P] with scale[group(r), c] (scale fp32 [E, C]; zero bytes for rows past offs[-1]).
-    pid_m, pid_d = _tile_ids(P, C, BM, BD, True)
-    rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
-    cols = pid_d * BD + tl.arange(0, BD)
-    rmask = rows < P
-    cmask = cols < C
-    v, _ = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, False, IS_BF16)
-    rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0).to(tl.float32, bitcast=True))
-    code = _encode(v * rs[:, None], (rs != rs)[:, None], HW_CAST)
-    tl.store(q_ptr + rows[:, None] * C + cols[None, :], code, mask=rmask[:, None] & cmask[None, :])
-    tl.store(s_ptr + rows, rs, mask=rmask & (pid_d == 0))
-    g = _group_of(offs_ptr, E, rows, E_PAD)
-    sc = tl.load(scale_ptr + tl.minimum(g, E - 1)[:, None] * C + cols[None, :], mask=rmask[:, None] & cmask[None, :],
-                 other=0.0)
-    ct = _encode(v * sc, sc != sc, HW_CAST)
-    ct = tl.where((g < E)[:, None], ct, 0).to(tl.uint8)
-    tl.store(qc_ptr + cols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(ct),
-             mask=cmask[:, None] & rmask[None, :])
+    # fp8_rowwise pass 2: q [P, C] with the row scales s [P] and
+    # qc [C, P] with scale[group(r), c] (scale fp32 [E, C]; zero bytes for rows past offs[-1]). MODE 3: a tile of
+    # BD columns of [0, H) writes dh1's columns and dh3's (+H) from one sigmoid.
+    HALVES: tl.constexpr = MODE == 3
+    pid_m, pid_d, rows, cols, rmask, cmask, v, v2, _ = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H,
+                                                                     H if HALVES else C, MODE, K, BM, BD, False,
+                                                                     IS_BF16, HALVES)
+    rs = tl.load(s_ptr + rows, mask=rmask, other=1.0)
+    g = _group_of(_group_ends(offs_ptr, E, E_PAD), rows)
+    g0 = tl.min(tl.where(rmask, g, E), 0)
+    g1 = tl.max(tl.where(rmask, g, 0), 0)
+    _f8_quant_store(v, rows, rmask, cols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E, HW_CAST)
+    if HALVES:
+        _f8_quant_store(v2, rows, rmask, cols + H, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E, HW_CAST)
 
 
 @triton.jit
@@ -313,11 +416,22 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 # 16 warps (0.765 -> 0.675 ms at dsv3_layer); MODE 1 stays at 8 warps (it spills 4.8 KB there, 69% of copy, but
 # 16 warps measured slower: 0.718 -> 0.788 ms). fp8_rowwise: 32 x 64 / 4 warps, no spills.
 # (H100 runs: benchmarks/results/moe_kernels-nvidia-h100-*-run{1,2}.json.)
-_MX_CONFIGS = {(32, 0): (32, 128, 2), (32, 1): (32, 128, 2), (32, 2): (32, 64, 4), (32, 3): (32, 64, 4),
-               (128, 0): (128, 128, 8), (128, 1): (128, 128, 8), (128, 2): (128, 128, 8), (128, 3): (128, 128, 16)}
-_MX_INTERP = {32: (32, 32, 4), 128: (128, 128, 4)}
-_F8_CONFIGS = {0: (32, 64, 4), 1: (32, 64, 4), 2: (32, 64, 4), 3: (32, 64, 4)}
-_F8_INTERP = (16, 32, 4)
+# (block, mode) -> (BM, BD, num_warps, HALVES); HALVES (MODE 3): a tile of BD columns of [0, H) writes dh1's and
+# dh3's columns from one sigmoid (else each output column computes both halves and keeps one).
+MX_CONFIGS = {(32, 0): (32, 128, 2, False), (32, 1): (32, 128, 2, False), (32, 2): (32, 64, 4, False),
+              (32, 3): (32, 64, 4, False), (128, 0): (128, 128, 8, False), (128, 1): (128, 128, 8, False),
+              (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 16, False)}
+# col_tile=128 (the tile spans the 128 features of a token-major scale): (block, mode) -> (BM, BD, num_warps)
+# (ptxas sm_90a: (32, 2) at 2 warps spills 72 B, at 4 none; (128, 2) at 8 warps spills 44 B, at 16 none)
+MX_COL_TILE_CONFIGS = {(32, 0): (32, 128, 2), (32, 2): (32, 128, 4), (128, 0): (128, 128, 8), (128, 2): (128, 128, 16)}
+_MX_INTERP = {32: (32, 32, 4, True), 128: (128, 128, 4, True)}
+# fp8_rowwise (mode -> config; MODE 3's BD counts columns of [0, H), each worth a dh1 and a dh3 column):
+#   pass 1 (BM, BD, SUB, num_warps): SUB row tiles per program down one column strip
+#   pass 2 (BM, BD, num_warps)
+F8_AMAX_CONFIGS = {0: (32, 256, 8, 4), 1: (32, 128, 8, 4), 2: (32, 128, 8, 4), 3: (32, 64, 8, 4)}
+F8_QUANT_CONFIGS = {0: (32, 128, 4), 1: (32, 128, 4), 2: (32, 64, 4), 3: (32, 64, 4)}
+_F8_AMAX_INTERP = (16, 32, 2, 4)
+_F8_QUANT_INTERP = (16, 32, 4)
 _COMBINE = (4, 512, 4)  # BN, BD, num_warps
 _COMBINE_INTERP = (4, 32, 4)
 
@@ -345,10 +459,12 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     u8, f32, f8 = torch.uint8, torch.float32, torch.float8_e4m3fn
     want_dot = mode == 1
     if recipe == "mxfp8":
-        bm, bd, warps = _MX_INTERP[block] if _INTERPRET else _MX_CONFIGS[block, mode]
-        if col_tile > 1:  # the tile spans the 128 features of a scale
-            bm, bd, warps = (bm, 128, warps) if bd == 128 else ((32, 128, 2) if block == 32 else (128, 128, 8))
-        n_d = triton.cdiv(C, bd)
+        bm, bd, warps, halves = _MX_INTERP[block] if _INTERPRET else MX_CONFIGS[block, mode]
+        if col_tile > 1:  # the tile must span the 128 features of a token-major scale
+            bm, bd, warps = (bm, 128, warps) if _INTERPRET else MX_COL_TILE_CONFIGS[block, mode]
+        halves = halves and mode == 3
+        walked = C // 2 if halves else C
+        n_d = triton.cdiv(walked, bd)
         q = torch.empty((P, C), dtype=u8, device=dev)
         s = torch.empty((P, C // 32), dtype=u8, device=dev)
         qt = torch.empty((C, P), dtype=u8, device=dev)
@@ -358,27 +474,32 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
             grid = (triton.cdiv(P, bm) * n_d,)
             _mx_kernel[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode, K=K,
                              QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16, COL_TILE=col_tile,
-                             num_warps=warps)
+                             HALVES=halves, num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]
     q = torch.empty((P, C), dtype=u8, device=dev)
-    s = torch.empty((P,), dtype=f32, device=dev)
     qt = torch.empty((C, P), dtype=u8, device=dev)
     ramax = torch.zeros((P,), dtype=torch.int32, device=dev)
     gamax = torch.zeros((E + 1, C), dtype=torch.int32, device=dev)
-    bm, bd, warps = _F8_INTERP if _INTERPRET else _F8_CONFIGS[mode]
-    n_d = triton.cdiv(C, bd)
-    dots = torch.empty((n_d, P), dtype=f32, device=dev) if want_dot else None
+    am, ad, sub, aw = _F8_AMAX_INTERP if _INTERPRET else F8_AMAX_CONFIGS[mode]
+    qm, qd, qw = _F8_QUANT_INTERP if _INTERPRET else F8_QUANT_CONFIGS[mode]
+    walked = C // 2 if mode == 3 else C  # MODE 3: one program column covers dh1's and dh3's
+    n_strips = triton.cdiv(walked, ad)
+    dots = torch.empty((n_strips, P), dtype=f32, device=dev) if want_dot else None
     e_pad = triton.next_power_of_2(max(E, 2))
-    grid = (triton.cdiv(P, bm) * n_d,)
     if P and C:
-        _f8_amax_kernel[grid](*args, ramax, gamax, dots if want_dot else s, offs, N, P, C, H, E, MODE=mode, K=K,
-                              BM=bm, BD=bd, E_PAD=e_pad, IS_BF16=is_bf16, num_warps=warps)
+        _f8_amax_kernel[(triton.cdiv(P, am * sub) * n_strips,)](
+            *args, ramax, gamax, dots if want_dot else gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=am, BD=ad,
+            SUB=sub,
+            E_PAD=e_pad, IS_BF16=is_bf16, num_warps=aw)
+    # the scales from the amax bits by kernels.float8_cast's rule (tiny: [P] and [E, C])
+    s = amax_to_scale(ramax.view(f32), E4M3, round_to_pow2=True)  # [P]
     scale = amax_to_scale(gamax[:E].view(f32), E4M3, round_to_pow2=True)  # [E, C]
     if P and C:
-        _f8_quant_kernel[grid](*args, q, s, qt, ramax, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=bm, BD=bd,
-                               E_PAD=e_pad, HW_CAST=hw, IS_BF16=is_bf16, num_warps=warps)
+        _f8_quant_kernel[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
+            *args, q, s, qt, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=qm, BD=qd, E_PAD=e_pad,
+            HW_CAST=hw, IS_BF16=is_bf16, num_warps=qw)
     return q.view(f8), s, qt.view(f8), scale, dots
 
 

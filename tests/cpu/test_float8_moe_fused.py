@@ -129,8 +129,8 @@ def _bf16_rounding_activation_ops(monkeypatch):
     def swiglu_quantize_backward(da, h13, offs, recipe, block, backend="auto"):
         return R.quantize_both(R.swiglu_grad_values(da, h13).to(da.dtype).float(), offs, recipe, block)
 
-    def swiglu_quantize(h13, offs, recipe, block, backend="auto"):
-        return R.quantize_both(R.swiglu_values(h13).to(h13.dtype).float(), offs, recipe, block)
+    def swiglu_quantize(h13, offs, recipe, block, backend="auto", col_tile=1):
+        return R.quantize_both(R.swiglu_values(h13).to(h13.dtype).float(), offs, recipe, block, col_tile)
 
     monkeypatch.setattr(km, "combine_backward", combine_backward)
     monkeypatch.setattr(km, "swiglu_quantize_backward", swiglu_quantize_backward)
@@ -284,10 +284,8 @@ def test_compiles_fullgraph_without_host_sync(recipe, gran):
     _assert_compiled_equals_eager(fused, spec, x, w, plan, g)
 
 
-def test_kernel_path_compiles_fullgraph_interpreted():
-    """The non-emulated mxfp8 path (kernels.grouped_gemm's quantizer and GEMMs through its backend switch, Triton
-    interpreted on CPU) traces with fullgraph=True on its FIRST call (the backend choice must not graph-break:
-    a log call in it did, which ran the whole op eagerly) and equals the emulated twin bit for bit."""
+def _two_experts_kernel_path():
+    """A small mx128 layer (2 experts, both used) and the non-emulated spec (Triton interpreted on CPU)."""
     torch._dynamo.reset()
     D2, H2, E2, n = 128, 128, 2, 40
     torch.manual_seed(0)
@@ -304,5 +302,47 @@ def test_kernel_path_compiles_fullgraph_interpreted():
     plan = dispatch_plan(ids, E2, fused.token_group_align)
     kernel_spec = make_fused_spec("mxfp8", "mx128", "auto", device="cuda")  # "cuda": the kernel path
     assert not kernel_spec.emulated
+    return fused, x, w, g, plan, kernel_spec
 
+
+def test_kernel_path_compiles_fullgraph_interpreted():
+    """The non-emulated mxfp8 path (kernels.grouped_gemm's quantizer and GEMMs through its backend switch, Triton
+    interpreted on CPU) traces with fullgraph=True on its FIRST call (the backend choice must not graph-break:
+    a log call in it did, which ran the whole op eagerly) and equals the emulated twin bit for bit."""
+    fused, x, w, g, plan, kernel_spec = _two_experts_kernel_path()
     _assert_compiled_equals_eager(fused, kernel_spec, x, w, plan, g)
+
+
+def test_compiled_kernel_path_keeps_no_float8_weight_for_backward():
+    """Compiled, the mxfp8 kernel path saves activations for backward but no float8 copy of a weight: the dgrad
+    operand is quantized in backward (titan_fp8::mxfp8_dgrad_weight_operand, tied to a backward tensor), not
+    shared with forward's fprop operand by CSE or hoisted into forward by the partitioner (that kept 276 MB of
+    float8 weights alive at llama_moe). The op's fake implementation matches it."""
+    fused, x, w, _, plan, spec = _two_experts_kernel_path()
+    x = x.requires_grad_()
+    D2, H2, E2 = fused.dim, fused.hidden_dim, fused.num_experts
+
+    def step(x, w, w13, w2, src, pos, offs):
+        return fused_experts(x, w, w13, w2, DispatchPlan(src, pos, offs, offs), spec)
+
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = torch.compile(step, fullgraph=True, backend="aot_eager")(x, w, fused.w13, fused.w2, plan.src, plan.pos,
+                                                                      plan.offs)
+    weight_shapes = {tuple(fused.w13.shape), tuple(fused.w13.shape[::-1]), tuple(fused.w2.shape),
+                     (E2, D2, 2 * H2), (E2, H2, D2)}
+    f8 = [tuple(t.shape) for t in saved if t.dtype == torch.float8_e4m3fn]
+    assert f8 and not [s for s in f8 if s in weight_shapes], f"float8 tensors saved for backward: {f8}"
+    out.float().sum().backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    op = torch.ops.titan_fp8.mxfp8_dgrad_weight_operand.default
+    res = torch.library.opcheck(op, (fused.w2.detach(), torch.zeros(1)), test_utils=("test_schema", "test_faketensor"))
+    assert all(v == "SUCCESS" for v in res.values()), res
+    # its bytes and scales are contract 1's dgrad operand, for every weight-tiled granularity
+    wt = (torch.randn(2, 256, 384) * torch.logspace(-3, 3, 384)).to(torch.bfloat16)
+    wt[0, 5, 7], wt[1, 200, 300] = 3e4, 1e-30
+    data, scale = op(wt, torch.zeros(1))
+    for gran in ("mx128", "mx32"):
+        ops = expert_weight_operands(wt, "mxfp8", gran, which="bwd")
+        assert torch.equal(data.view(torch.uint8), ops.bwd_data.view(torch.uint8)), gran
+        assert torch.equal(scale.transpose(1, 2), ops.bwd_scale), gran

@@ -335,6 +335,18 @@ def test_fp8_rowwise_groups_not_aligned_to_tiles():
     x64 = torch.cat([x.double(), torch.zeros(1, 64, dtype=torch.float64)])[plan.src]
     outs = km.dispatch_quantize(x, plan.src, plan.offs, "fp8_rowwise", 32, backend="reference")
     check_quantized(x64, outs, plan.offs, "fp8_rowwise", 32, "straddling dispatch")
+    # the other modes too: both passes see tiles (and pass 1 row ranges) holding several groups
+    P = plan.src.shape[0]
+    y, dout = special(P, 64, torch.bfloat16, seed=23), special(20, 64, torch.bfloat16, seed=24)
+    w = torch.rand(20, 2)
+    got, want = both(km.combine_backward, dout, y, plan.pos, w, plan.src, plan.offs, "fp8_rowwise", 32)
+    for i in range(4):
+        same(got[i], want[i], f"straddling combine_backward out {i}")
+    h13, da = special(P, 128, torch.bfloat16, seed=25), special(P, 64, torch.bfloat16, seed=26)
+    for name, fn, args in (("swiglu", km.swiglu_quantize, (h13, plan.offs)),
+                           ("swiglu_backward", km.swiglu_quantize_backward, (da, h13, plan.offs))):
+        for i, (g, w_) in enumerate(zip(*both(fn, *args, "fp8_rowwise", 32))):
+            same(g, w_, f"straddling {name} out {i}")
 
 
 @pytest.mark.parametrize("block", [32, 128])
@@ -361,3 +373,20 @@ def test_col_tile_128_token_major_copy(block):
         km.dispatch_quantize(x, plan.src, plan.offs, "fp8_rowwise", 32, col_tile=128)
     with pytest.raises(ValueError, match="col_tile=64"):
         km.dispatch_quantize(x, plan.src, plan.offs, "mxfp8", block, col_tile=64)
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_mx_swiglu_backward_both_halves_layouts(block, monkeypatch):
+    """mxfp8 swiglu_quantize_backward with HALVES (one program writes dh1's and dh3's columns) and without (each
+    output column computes both halves): both equal the reference byte for byte."""
+    from kernels.moe import triton as kt
+    plan = plan_for("uneven", 10, 2, 4, block, seed=41)
+    P, H = plan.src.shape[0], 128
+    h13, da = special(P, 2 * H, torch.bfloat16, seed=42), special(P, H, torch.bfloat16, seed=43)
+    want = km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", block, backend="reference")
+    for halves in (True, False):
+        bm, bd, warps, _ = kt._MX_INTERP[block]
+        monkeypatch.setitem(kt._MX_INTERP, block, (bm, bd, warps, halves))
+        got = km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", block, backend="triton")
+        for i in range(4):
+            same(got[i], want[i], f"halves={halves} out {i}")

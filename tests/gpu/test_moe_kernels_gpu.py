@@ -105,3 +105,17 @@ def test_col_tile_128_equals_reference(block):
         want = fn(*args, backend="reference", col_tile=128)
         for i in range(4):
             same(got[i], want[i], f"col_tile {name} block {block} out {i}")
+
+
+@pytest.mark.parametrize("block", [32, 128])
+def test_mx_swiglu_backward_halves_equals_reference(block, monkeypatch):
+    """mxfp8 swiglu_quantize_backward with HALVES on and off (kernels.moe.triton.MX_CONFIGS), compiled kernels."""
+    from kernels.moe import triton as kt
+    plan, x, y, dout, h13, da, w = inputs("llama_moe", block)
+    want = km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", block, backend="reference")
+    bm, bd, warps, halves = kt.MX_CONFIGS[block, 3]
+    for flag in (not halves, halves):
+        monkeypatch.setitem(kt.MX_CONFIGS, (block, 3), (bm, bd, warps, flag))
+        got = km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", block, backend="triton")
+        for i in range(4):
+            same(got[i], want[i], f"halves={flag} block {block} out {i}")

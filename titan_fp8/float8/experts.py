@@ -50,7 +50,6 @@ from torch import Tensor
 from torch.profiler import record_function
 
 import kernels.moe as moe_kernels
-from kernels.moe import reference as moe_reference
 from kernels.grouped_gemm import (
     grouped_mm_dgrad_reference,
     grouped_mm_fprop_reference,
@@ -225,15 +224,17 @@ def make_mxfp8_grouped_mm(granularity: str = DEFAULT_GRANULARITY, backend: str =
 #   fprop(w2)          y [P, D] bf16 (kept: the router weights' gradient reads it)
 #   combine            out[t] = sum_j weights[t, j] * y[pos[t*k + j]]  (fp32 sum in slot order)
 # Saved for backward: xtq/xts, h13, atq/ats, y, the plan and the router weights; no bf16 permuted copy of x.
-# Backward: combine_backward (dy rows + token-major, router weights' gradient) -> dgrad(w2), wgrad(w2) ->
-# swiglu_quantize_backward -> dgrad(w13), wgrad(w13) -> dx[t] = sum_j dx_buf[pos[t*k + j]].
+# Backward (each dgrad before its wgrad, for peak memory): combine_backward (dy rows + token-major, router
+# weights' gradient) -> dgrad(w2), wgrad(w2) -> swiglu_quantize_backward -> dgrad(w13) -> dx[t] = sum_j
+# dx_buf[pos[t*k + j]] (combine, unit weights) -> wgrad(w13).
 # wgrad writes the parameter dtype from the GEMM (mxfp8: the kernel's bf16/fp32 output; fp8_rowwise:
 # torch._scaled_grouped_mm's bf16 output, cast only for fp32 parameters).
 #
 # Activation ops: kernels.moe (contract 2; Triton on CUDA, its plain PyTorch reference for the emulated twin),
-# except the mxfp8 wgrad-tiled copies (see the activation section). Weights: contract 1,
+# with mxfp8's wgrad-tiled x^T / a^T (col_tile=128). Weights: contract 1,
 # titan_fp8.float8.expert_weights.expert_weight_operands (cached once per optimizer step in eager; under
-# torch.compile inductor fuses the casts; a float8-all-gathered weight brings its own bytes).
+# torch.compile inductor fuses the casts; a float8-all-gathered weight brings its own bytes), except compiled
+# mxfp8's dgrad operand of a plain weight, quantized in backward (_weight: no float8 weight kept for backward).
 # Scale convention (fp8_rowwise, activations and weights alike): the project's quantization scales (value =
 # data / scale; kernels.moe, contract 1); torch._scaled_grouped_mm multiplies by their reciprocals (powers of two:
 # exact; [E, N]-sized for weights, so the inversion is negligible).
@@ -292,13 +293,11 @@ def make_fused_spec(recipe: str, granularity: str | None = None, backend: str = 
 
 
 # ------------------------------------------------------------------------------------------ activation ops
-# kernels.moe (contract 2) on every piece whose layout it writes: Triton on CUDA, its plain PyTorch reference
-# (same bytes) for the emulated twin. One exception, for speed: mxfp8 with weight-tiled wgrad ("mx128", "mx32")
-# reads x^T and a^T (wgrad's second operand) in block x 128(features) tiles, the layout the tiled wgrad kernel
-# needs (0.4-0.6x the speed without: kernels/grouped_gemm/NOTES.md), which kernels.moe does not write (it writes
-# 1 x block along tokens). There dispatch and SwiGLU gather / compute the bf16 values and
-# kernels.grouped_gemm's one-read quantizer writes both copies; the gradients (dy, dh13: wgrad's first operand,
-# tile 1) come from kernels.moe in every case.
+# kernels.moe (contract 2) writes every activation operand: Triton on CUDA, its plain PyTorch reference (same
+# bytes) for the emulated twin. mxfp8 with weight-tiled wgrad ("mx128", "mx32") reads x^T and a^T (wgrad's second
+# operand) in block (tokens) x 128 (features) tiles, the layout the tiled wgrad kernels need (0.4-0.6x the speed
+# without: kernels/grouped_gemm/NOTES.md): dispatch and SwiGLU write it directly (col_tile=128), from the same one
+# read of x / h13 as the row copy. The gradients (dy, dh13: wgrad's first operand, tile 1) are 1 x block.
 def _moe_backend(spec: FusedSpec) -> str:
     return "reference" if spec.emulated else spec.act_backend
 
@@ -307,27 +306,16 @@ def _a_tile(spec: FusedSpec) -> int:
     return spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1
 
 
-def _own_token_major_layout(spec: FusedSpec) -> bool:
-    return spec.recipe == "mxfp8" and spec.g.wgrad_x_tile > 1
-
-
-def _mx_rows_and_tiles(t: Tensor, offs: Tensor, spec: FusedSpec):
-    return _quant_act(t, offs, spec.g, True, True, spec.g.wgrad_x_tile, "emulated" if spec.emulated else "triton")
-
-
 def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec):
     """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts): rows gathered into expert order (src == N: zero row)."""
-    if _own_token_major_layout(spec):
-        xp = torch.cat([x, x.new_zeros(1, x.shape[1])]).index_select(0, src)
-        return _mx_rows_and_tiles(xp, offs, spec)
-    return moe_kernels.dispatch_quantize(x, src, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
+    return moe_kernels.dispatch_quantize(x, src, offs, spec.recipe, spec.align, backend=_moe_backend(spec),
+                                         col_tile=_a_tile(spec))
 
 
 def swiglu_quantize(h13: Tensor, offs: Tensor, spec: FusedSpec):
     """h13 [P, 2H] -> a = silu(h1) * h3 quantized: (aq [P, H], as, atq [H, P], ats)."""
-    if _own_token_major_layout(spec):
-        return _mx_rows_and_tiles(moe_reference.swiglu_values(h13).to(h13.dtype), offs, spec)
-    return moe_kernels.swiglu_quantize(h13, offs, spec.recipe, spec.align, backend=_moe_backend(spec))
+    return moe_kernels.swiglu_quantize(h13, offs, spec.recipe, spec.align, backend=_moe_backend(spec),
+                                       col_tile=_a_tile(spec))
 
 
 def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, spec: FusedSpec):
@@ -432,7 +420,31 @@ def _gemm_backend(spec: FusedSpec) -> dict:
     return {"backend": spec.backend}
 
 
-def _weight(w: Tensor, spec: FusedSpec, which: str):
+@torch.library.custom_op("titan_fp8::mxfp8_dgrad_weight_operand", mutates_args=())
+def _dgrad_weight_op(w: Tensor, after: Tensor) -> tuple[Tensor, Tensor]:
+    """W^T [E, K, N] quantized along N in 128 x 128 tiles (+ scales [E, K, N/32], each 1x32 block carrying its
+    tile's): the same bytes and scales as contract 1's transposed fprop operand (mx128 and mx32 alike). `after` is
+    not read: it ties the op to backward (see _weight)."""
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+    wtd, wts = to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:]
+    return wtd, wts
+
+
+@_dgrad_weight_op.register_fake
+def _(w, after):
+    E, N, K = w.shape
+    return w.new_empty((E, K, N), dtype=torch.float8_e4m3fn), w.new_empty((E, K, N // 32), dtype=torch.uint8)
+
+
+def _weight(w: Tensor, spec: FusedSpec, which: str, after: Tensor | None = None):
+    """(data, scale) of contract 1's `which` operand of w. Backward passes `after` (a tensor backward computed):
+    compiled, a plain weight's dgrad operand is then quantized in backward, next to its use. Through contract 1 the
+    partitioner would make it in forward (it depends only on the weight: shared with the fprop operand by CSE, or
+    moved there) and keep it alive for backward: 276 MB of float8 weights at llama_moe, over bf16's peak."""
+    if (after is not None and spec.recipe == "mxfp8" and spec.g.weight_tile == 128 and not spec.emulated
+            and type(w) in (Tensor, torch.nn.Parameter) and torch.compiler.is_compiling()):
+        wtd, wts = _dgrad_weight_op(w.detach(), after)
+        return wtd, wts.transpose(1, 2)
     ops = expert_weights.expert_weight_operands(w, spec.recipe, spec.granularity, which=which)
     return (ops.fwd_data, ops.fwd_scale) if which == "fwd" else (ops.bwd_data, ops.bwd_scale)
 
@@ -455,18 +467,28 @@ class _FusedExperts(torch.autograd.Function):
     def backward(ctx, dout):
         xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs = ctx.saved_tensors
         spec = ctx.spec
-        n, k = weights.shape
         dout = dout.contiguous()
+        grad_dtype = dout.dtype
+        # Order for peak memory: each dgrad (with its transient float8 weight operand) runs before its wgrad, and
+        # dx is summed before dw13 exists, so the biggest buffers (dw13, the float8 w13^T, dx_buf) never coexist;
+        # operands are dropped after their last use (under torch.compile the graph frees them there anyway).
         dyq, dys, dytq, dyts, dweights = combine_backward(dout, y, pos, weights, src, offs, spec)
+        del y, dout
+        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd", after=dyq), offs, spec, grad_dtype)
+        del dyq, dys
         dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if ctx.needs_input_grad[3] else None
-        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd"), offs, spec, dout.dtype)
+        del dytq, dyts, atq, ats
         dq, ds, dtq, dts = swiglu_quantize_backward(da, h13, offs, spec)
-        dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
+        del da, h13
         dx = None
         if ctx.needs_input_grad[0]:
-            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd"), offs, spec, dout.dtype)
-            # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
-            dx = dx_buf.index_select(0, pos).view(n, k, -1).sum(dim=1)
+            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd", after=dq), offs, spec, grad_dtype)
+            # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics; the combine
+            # kernel with unit weights (1 * v is exact), one pass at copy speed (inductor's gather-sum: ~60%)
+            dx = combine(dx_buf, pos, torch.ones_like(weights, dtype=torch.float32), spec)
+            del dx_buf
+        del dq, ds
+        dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
         dweights = dweights.to(weights.dtype) if ctx.needs_input_grad[1] else None
         return dx, dweights, dw13, dw2, None, None, None, None
 
