@@ -33,6 +33,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 __all__ = ["ExpertParallel", "exchange_counts", "all_to_all", "local_tensor", "ep_routed"]
 
@@ -48,8 +49,7 @@ class ExpertParallel:
 
 def local_tensor(w: Tensor) -> Tensor:
     """The local shard of an expert weight (a DTensor sharded over the EP mesh) or w itself."""
-    to_local = getattr(w, "to_local", None)
-    return to_local() if to_local is not None else w
+    return w.to_local() if isinstance(w, DTensor) else w
 
 
 class _ScaleGrad(torch.autograd.Function):
