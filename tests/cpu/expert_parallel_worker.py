@@ -5,8 +5,8 @@
 SCENARIO "train": builds the model as launch/train.py does (build_model -> build_mesh -> parallelize ->
 build_optimizer) with the given config overrides, trains 3 steps on fixed batches (every rank its own rows of one
 global batch), and saves per rank: losses (averaged over ranks), grad norms, the full parameters after the steps,
-and every all_to_all_single call (bytes, dtype, shape) seen at the collective. With TITAN_EP_FORCE_ROUTE=1 every
-token is routed to the experts of EP rank 0 only (the others get no rows: empty experts). With
+and every all_to_all_single call (bytes, dtype, shape) seen at the collective. With TITAN_EP_FORCE_ROUTE=A every
+token is routed to experts [0, A) only (A = E/ep: EP rank 0's experts; the others get no rows). With
 TITAN_EP_SAVE_DCP=1 rank 0's model state dict is also saved with DCP (resharding test).
 SCENARIO "dispatch": float8 dispatch of hand-made rows (zeros, subnormals, huge values, uneven splits incl. 0)
 against a bf16 all_to_all followed by quantization on the receiver: saves both for a bit-for-bit comparison.
@@ -44,14 +44,14 @@ def _record_all_to_all():
     dist.all_to_all_single = recording
 
 
-def _force_route(ep: int):
+def _force_route(allowed: int):
     from titan_fp8.models import moe as moe_mod
 
     real = moe_mod.Router.forward
 
     def forward(self, x):
         weights, experts, scores = real(self, x)
-        return weights, experts % (self.num_experts // ep), scores  # only EP rank 0's experts
+        return weights, experts % allowed, scores  # only experts [0, allowed)
 
     moe_mod.Router.forward = forward
 
@@ -63,8 +63,8 @@ def train(rank, world, out_dir, overrides):
     from titan_fp8.train.trainer import build_model
 
     cfg = load_config(DEBUG_TOML, [*SMALL, *overrides], world_size=world)
-    if os.environ.get("TITAN_EP_FORCE_ROUTE") == "1":
-        _force_route(cfg.parallelism.expert_parallel_degree)
+    if os.environ.get("TITAN_EP_FORCE_ROUTE"):
+        _force_route(int(os.environ["TITAN_EP_FORCE_ROUTE"]))
     device = torch.device("cpu")
     mesh = build_mesh(cfg, "cpu", world)
     model, _ = build_model(cfg, device, lambda *a, **k: None)

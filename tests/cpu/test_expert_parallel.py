@@ -65,9 +65,10 @@ def test_ep2_matches_ep1_step_for_step(tmp_path, ep1_two):
     assert got[0]["mesh"] == ((1, 2), ("dp_shard_mod_ep", "ep"))
     assert max(ep1_two["norms"]) > 0.5  # max_norm = 0.5: clipping acted on every step
     assert_same_training(ep1_two, got[0])
-    # tokens went by all-to-all: per MoE layer and step, counts (int64) + dispatch + combine (fp32 rows)
+    # tokens went by all-to-all: per MoE layer (2) and step (3), counts (int64) + dispatch + combine (fp32 rows),
+    # and in backward the two reverse all-to-alls of the gradients
     dtypes = [c["dtype"] for c in got[0]["a2a"]]
-    assert dtypes.count("torch.int64") == 2 * 3 and dtypes.count("torch.float32") == 2 * 2 * 3, dtypes
+    assert dtypes.count("torch.int64") == 2 * 3 and dtypes.count("torch.float32") == 4 * 2 * 3, dtypes
 
     # the DCP checkpoint of the EP=2 run holds the GLOBAL expert weights: it loads into a plain 1-process model
     import torch.distributed.checkpoint as dcp
@@ -86,13 +87,14 @@ def test_ep2_matches_ep1_step_for_step(tmp_path, ep1_two):
 
 
 def test_all_tokens_to_one_rank_and_empty_experts(tmp_path):
-    env = {"TITAN_EP_FORCE_ROUTE": "1"}
+    env = {"TITAN_EP_FORCE_ROUTE": "2"}  # experts 0 and 1 of 4: EP rank 0's
     ref = run_worker(tmp_path / "ep1", 2, "train", "--parallelism.expert_parallel_degree=1", env=env)[0]
     got = run_worker(tmp_path / "ep2", 2, "train", *EP2, env=env)
     assert_same_training(ref, got[0])
-    # rank 1's experts got nothing: its receive side of every dispatch was empty, so rank 1 sent back no rows
-    rows_back = [c["shape"][0] for c in got[1]["a2a"] if c["dtype"] == "torch.float32"][1::2]
-    assert rows_back == [0] * len(rows_back), got[1]["a2a"]
+    # rank 1's experts got nothing: what it sends from its experts (forward combine, backward dispatch gradient)
+    # is empty, half of its row all-to-alls
+    rows = [c["shape"][0] for c in got[1]["a2a"] if c["dtype"] == "torch.float32"]
+    assert len(rows) == 4 * 2 * 3 and rows.count(0) == len(rows) // 2, rows
 
 
 @pytest.mark.parametrize("extra", [[], ["--parallelism.data_parallel_replicate_degree=2"]],
@@ -121,14 +123,15 @@ def test_float8_dispatch_trains_with_half_the_bytes(tmp_path, f8):
     bf16 = run_worker(tmp_path / "bf16", 2, "train", *EP2, *f8)
     fp8 = run_worker(tmp_path / "fp8", 2, "train", *EP2, *f8, "--float8.dispatch_dtype=float8")
     for rank in range(2):
-        # calls per layer and step: counts, dispatch, combine; dispatch is the uint8 one in the float8 run
+        # per layer and step: counts, dispatch (uint8 in the float8 run), combine, and in backward the two
+        # reverse all-to-alls of the gradients (activation dtype)
         disp = [c for c in fp8[rank]["a2a"] if c["dtype"] == "torch.uint8"]
-        disp_ref = [c for c in bf16[rank]["a2a"] if c["dtype"] == "torch.float32"][0::2]
-        assert len(disp) == len(disp_ref) == 2 * 3
+        assert len(disp) == 2 * 3
         for c in disp:  # against the bf16 bytes of the same rows (D = 64)
             assert c["bytes"] <= 0.55 * c["shape"][0] * 64 * 2, c
-        combine = [c for c in fp8[rank]["a2a"] if c["dtype"] == "torch.float32"]
-        assert len(combine) == 2 * 3  # the combine stays in the activation dtype
+        others = [c for c in fp8[rank]["a2a"] if c["dtype"] == "torch.float32"]
+        assert len(others) == 3 * 2 * 3  # combine and both gradients stay in the activation dtype
+        assert len([c for c in bf16[rank]["a2a"] if c["dtype"] == "torch.float32"]) == 4 * 2 * 3
     losses = fp8[0]["losses"]
     assert all(abs(a - b) / a < 1e-3 for a, b in zip(bf16[0]["losses"], losses)), (bf16[0]["losses"], losses)
 
