@@ -192,7 +192,8 @@ class GroupedExperts(nn.Module):
         with record_function("moe.permute"):
             x_buf = _Permute.apply(x, plan.src, plan.pos, k)
         with record_function("moe.experts"):
-            y_buf = self(x_buf, plan.offs, grad_scale)
+            # (subclasses may define forward(x_sorted, offs): the scale only travels where it is used)
+            y_buf = self(x_buf, plan.offs) if grad_scale == 1 else self(x_buf, plan.offs, grad_scale)
         with record_function("moe.unpermute"):
             # each token's k outputs, summed in slot order with its router weights (fp32 sum)
             y_pairs = y_buf.index_select(0, plan.pos).view(n, k, self.dim)
