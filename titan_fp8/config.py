@@ -493,10 +493,6 @@ def _validate_parallelism(cfg: JobConfig, where, need) -> None:
         need(ep > 1, "float8", "dispatch_dtype",
              "'float8' sets what the expert-parallel all-to-all carries: needs [parallelism] "
              "expert_parallel_degree > 1")
-    if ep > 1 and f8.enable and f8.enable_fsdp_float8_all_gather and f8.moe_recipe_name != "none":
-        need(False, "float8", "enable_fsdp_float8_all_gather",
-             "not built for expert weights under expert_parallel_degree > 1 (they are DTensors on the EP mesh); "
-             "turn it off or exclude the experts with filter_fqns", True)
 
 
 def _validate_float8(cfg: JobConfig, where) -> None:

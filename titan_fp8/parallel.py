@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -120,11 +121,33 @@ def apply_expert_parallel(model: torch.nn.Module, job_config: JobConfig, mesh: D
         ex = moe.experts
         for name in ("w13", "w2"):
             p = getattr(ex, name)
-            setattr(ex, name, torch.nn.Parameter(distribute_tensor(p.data, ep_mesh, [Shard(0)]),
+            data = _unwrap_float8_all_gather(p.data)
+            setattr(ex, name, torch.nn.Parameter(distribute_tensor(data, ep_mesh, [Shard(0)]),
                                                  requires_grad=p.requires_grad))
         moe.ep = ExpertParallel(group, ep_mesh.size(), ep_mesh.get_local_rank(), job_config.float8.dispatch_dtype)
         experts.append(ex)
     return experts
+
+
+def _unwrap_float8_all_gather(data: torch.Tensor) -> torch.Tensor:
+    """Under EP the expert weights are gathered by FSDP2 only over expert_dp_mesh (one rank when ep == shard
+    degree: nothing moves), in the parameter dtype: enable_fsdp_float8_all_gather keeps applying to the
+    Linear weights, not to the experts (their float8 all-gather subclass is not composed with the EP DTensor).
+    Said once on stderr, and in the README."""
+    from titan_fp8.float8.weights import Float8TrainingWeight
+
+    if not isinstance(data, Float8TrainingWeight):
+        return data
+    global _WARNED_EP_F8_AG
+    if not _WARNED_EP_F8_AG:
+        warnings.warn("expert_parallel_degree > 1: expert weights are all-gathered in their parameter dtype over "
+                      "the data-parallel ranks outside the EP group; enable_fsdp_float8_all_gather applies to "
+                      "the Linear weights only")
+        _WARNED_EP_F8_AG = True
+    return data._tensor
+
+
+_WARNED_EP_F8_AG = False
 
 
 def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh) -> torch.nn.Module:

@@ -144,7 +144,6 @@ def test_float8_dispatch_trains_with_half_the_bytes(tmp_path, f8):
     ([*F8_ROWWISE, "--float8.dispatch_dtype=float8"], "dispatch_dtype"),  # no EP
     (["--float8.enable", "--float8.moe_recipe_name=none", "--float8.dispatch_dtype=float8", *EP2], "dispatch_dtype"),
     ([*F8_ROWWISE, "--float8.dispatch_dtype=fp8", *EP2], "dispatch_dtype"),
-    ([*F8_ROWWISE, "--float8.enable_fsdp_float8_all_gather", *EP2], "enable_fsdp_float8_all_gather"),
 ])
 def test_config_errors_name_the_key(args, key):
     from titan_fp8.config import ConfigError, load_config
