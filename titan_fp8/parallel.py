@@ -122,7 +122,9 @@ def apply_expert_parallel(model: torch.nn.Module, job_config: JobConfig, mesh: D
         for name in ("w13", "w2"):
             p = getattr(ex, name)
             data = _unwrap_float8_all_gather(p.data)
-            setattr(ex, name, torch.nn.Parameter(distribute_tensor(data, ep_mesh, [Shard(0)]),
+            # src_data_rank=None: split locally, no scatter (every rank built the same full tensor from the same
+            # seed on CPU; on GPU it is still on the meta device and is initialised after parallelize)
+            setattr(ex, name, torch.nn.Parameter(distribute_tensor(data, ep_mesh, [Shard(0)], src_data_rank=None),
                                                  requires_grad=p.requires_grad))
         moe.ep = ExpertParallel(group, ep_mesh.size(), ep_mesh.get_local_rank(), job_config.float8.dispatch_dtype)
         experts.append(ex)
