@@ -347,7 +347,8 @@ def _dispatch_prequantized(x, src, offs, spec, data, scale):
     # fprop rows: the received float8 rows gathered into expert order; a padding row (src == N) gets the bytes
     # a zero row quantizes to (what dispatch_quantize writes there)
     zq, zs = quantize_dispatch_rows(x.new_zeros(1, x.shape[1]), spec)
-    xq = torch.cat([data, zq]).index_select(0, src)
+    # gathered as bytes: index_select / cat need not support float8 dtypes on every device
+    xq = torch.cat([data.view(torch.uint8), zq.view(torch.uint8)]).index_select(0, src).view(data.dtype)
     xs = torch.cat([scale, zs]).index_select(0, src)
     # wgrad's token-major copy: from x, the exact dequantization of the received rows (one more rounding than
     # quantizing the sender's bf16 along tokens; DeepSeek-V3 does the same)
