@@ -99,6 +99,9 @@ class Parallelism:
 
     data_parallel_replicate_degree: int = 1
     data_parallel_shard_degree: int = -1
+    # > 1: the routed experts are split over this many ranks (consecutive ranks inside one shard group) and
+    # tokens travel to them by all-to-all; must divide data_parallel_shard_degree and num_experts
+    expert_parallel_degree: int = 1
 
 
 @dataclass(frozen=True)
@@ -139,6 +142,9 @@ class Float8:
     emulate: bool = False
     moe_recipe_name: str = "none"  # routed experts: "none" | "fp8_rowwise" | "mxfp8"
     moe_granularity: Optional[str] = None  # mxfp8 experts: "mx128" (default) | "mx32" | "mx32_plain"
+    # expert parallelism: what the dispatch all-to-all carries. "float8" sends the experts' float8 input
+    # (rows + scales, the first grouped GEMM's layout); needs moe_recipe_name != "none". Combine stays bf16.
+    dispatch_dtype: str = "bf16"
 
 
 @dataclass(frozen=True)
@@ -474,6 +480,24 @@ def _validate_parallelism(cfg: JobConfig, where, need) -> None:
         raise ConfigError(f"{where('parallelism', 'data_parallel_shard_degree')} = {s} with "
                           f"data_parallel_replicate_degree = {r} gives {r * s} ranks, but the world size is {world}; "
                           f"replicate x shard must equal it (set one of them to -1: the rest)")
+    # expert parallelism: the EP group is ep consecutive ranks inside one shard group (rank = r*S + m*ep + e);
+    # experts are then FSDP-sharded over the remaining replicate x shard/ep ranks (num_experts is checked
+    # against ep in _validate_model)
+    ep = p.expert_parallel_degree
+    need(ep >= 1, "parallelism", "expert_parallel_degree", "must be >= 1 (1 = no expert parallelism)")
+    if ep > 1:
+        shard = cfg.dp_degrees[1]
+        need(shard % ep == 0, "parallelism", "expert_parallel_degree",
+             f"must divide the data-parallel shard degree ({shard}): the EP group lies inside one shard group")
+    f8 = cfg.float8
+    need(f8.dispatch_dtype in ("bf16", "float8"), "float8", "dispatch_dtype", "allowed: 'bf16', 'float8'")
+    if f8.dispatch_dtype == "float8":
+        need(f8.enable and f8.moe_recipe_name != "none", "float8", "dispatch_dtype",
+             "'float8' sends the float8 experts' input: needs [float8] enable = true and moe_recipe_name "
+             "'fp8_rowwise' or 'mxfp8'")
+        need(ep > 1, "float8", "dispatch_dtype",
+             "'float8' sets what the expert-parallel all-to-all carries: needs [parallelism] "
+             "expert_parallel_degree > 1")
 
 
 def _validate_float8(cfg: JobConfig, where) -> None:
@@ -544,6 +568,10 @@ def _validate_model(cfg: JobConfig, where) -> None:
         msg = (str(e).strip().splitlines() or [type(e).__name__])[0]
         key = next((k for k in m.overrides if k.split(".")[-1] in msg), "flavor")
         raise ConfigError(f"{where('model', key)}: {msg}") from None
+    ep = cfg.parallelism.expert_parallel_degree
+    if ep > 1 and args.moe.num_experts % ep:
+        raise ConfigError(f"{where('parallelism', 'expert_parallel_degree')} = {ep} is not allowed; it must divide "
+                          f"the number of routed experts ({args.moe.num_experts}, [model] moe.num_experts)")
     max_seq = getattr(args, "max_seq_len", None)
     if max_seq is not None and cfg.training.seq_len > max_seq:
         raise ConfigError(f"{where('training', 'seq_len')} = {cfg.training.seq_len} is not allowed; must be "

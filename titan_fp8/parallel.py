@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -37,6 +38,17 @@ def build_mesh(cfg: JobConfig, device_type: str, world_size: int) -> DeviceMesh:
     if world_size != cfg.world_size:
         raise ValueError(f"build_mesh: {world_size} ranks but the config was validated for {cfg.world_size}")
     replicate, shard = cfg.dp_degrees
+    ep = cfg.parallelism.expert_parallel_degree
+    if ep > 1:
+        # Expert parallelism splits the shard dim into (dp_shard_mod_ep, ep): rank = r*S + m*ep + e, so an EP
+        # group is ep consecutive ranks (inside a node). "dp_shard" (flattened) is still what FSDP2 shards the
+        # non-expert weights over; the experts are sharded by "ep" and FSDP2 over the rest (expert_dp_mesh).
+        dims, names = (shard // ep, ep), ("dp_shard_mod_ep", "ep")
+        if replicate > 1:
+            dims, names = (replicate, *dims), ("dp_replicate", *names)
+        mesh = init_device_mesh(device_type, dims, mesh_dim_names=names)
+        mesh["dp_shard_mod_ep", "ep"]._flatten("dp_shard")
+        return mesh
     if replicate == 1:
         return init_device_mesh(device_type, (shard,), mesh_dim_names=("dp_shard",))
     return init_device_mesh(device_type, (replicate, shard), mesh_dim_names=("dp_replicate", "dp_shard"))
@@ -77,13 +89,78 @@ def apply_activation_checkpointing(block: torch.nn.Module, mode: str) -> torch.n
     raise ValueError(f"activation checkpoint mode {mode!r}")
 
 
+def dp_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The mesh FSDP2 shards the non-expert weights over: (dp_replicate, dp_shard) or (dp_shard,)."""
+    names = mesh.mesh_dim_names
+    if "ep" not in names:
+        return mesh
+    return mesh["dp_replicate", "dp_shard"] if "dp_replicate" in names else mesh["dp_shard"]
+
+
+def expert_dp_mesh(mesh: DeviceMesh) -> DeviceMesh:
+    """The mesh FSDP2 shards the (EP-local) expert weights over: every data-parallel rank outside the EP group."""
+    return mesh["dp_replicate", "dp_shard_mod_ep"] if "dp_replicate" in mesh.mesh_dim_names else \
+        mesh["dp_shard_mod_ep"]
+
+
+def apply_expert_parallel(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh) -> list:
+    """Every MoE's routed experts split over the "ep" mesh dim: w13 / w2 become DTensors Shard(0) on it (the
+    state dict keeps the global [E, ...] shapes, so DCP checkpoints reshard across EP degrees), and the MoE
+    gets its ExpertParallel (process group, dispatch dtype). Returns the expert modules."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    from titan_fp8.models.expert_parallel import ExpertParallel
+    from titan_fp8.models.moe import MoE
+
+    ep_mesh = mesh["ep"]
+    group = ep_mesh.get_group()
+    experts = []
+    for moe in model.modules():
+        if not isinstance(moe, MoE):
+            continue
+        ex = moe.experts
+        for name in ("w13", "w2"):
+            p = getattr(ex, name)
+            data = _unwrap_float8_all_gather(p.data)
+            # src_data_rank=None: split locally, no scatter (every rank built the same full tensor from the same
+            # seed on CPU; on GPU it is still on the meta device and is initialised after parallelize)
+            setattr(ex, name, torch.nn.Parameter(distribute_tensor(data, ep_mesh, [Shard(0)], src_data_rank=None),
+                                                 requires_grad=p.requires_grad))
+        moe.ep = ExpertParallel(group, ep_mesh.size(), ep_mesh.get_local_rank(), job_config.float8.dispatch_dtype)
+        experts.append(ex)
+    return experts
+
+
+def _unwrap_float8_all_gather(data: torch.Tensor) -> torch.Tensor:
+    """Under EP the expert weights are gathered by FSDP2 only over expert_dp_mesh (one rank when ep == shard
+    degree: nothing moves), in the parameter dtype: enable_fsdp_float8_all_gather keeps applying to the
+    Linear weights, not to the experts (their float8 all-gather subclass is not composed with the EP DTensor).
+    Said once on stderr, and in the README."""
+    from titan_fp8.float8.weights import Float8TrainingWeight
+
+    if not isinstance(data, Float8TrainingWeight):
+        return data
+    global _WARNED_EP_F8_AG
+    if not _WARNED_EP_F8_AG:
+        warnings.warn("expert_parallel_degree > 1: expert weights are all-gathered in their parameter dtype over "
+                      "the data-parallel ranks outside the EP group; enable_fsdp_float8_all_gather applies to "
+                      "the Linear weights only")
+        _WARNED_EP_F8_AG = True
+    return data._tensor
+
+
+_WARNED_EP_F8_AG = False
+
+
 def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh) -> torch.nn.Module:
-    """Activation checkpointing, per-block torch.compile, then fully_shard per block and the root.
+    """Expert parallelism, activation checkpointing, per-block torch.compile, then fully_shard per block and the
+    root (under EP first the experts of each block, over expert_dp_mesh).
 
     Mixed precision is bf16 parameters with fp32 gradient reduction on GPU; on CPU everything stays fp32 so
     that runs with different numbers of ranks can be compared exactly.
     """
     on_gpu = mesh.device_type == "cuda"
+    ep_experts = apply_expert_parallel(model, job_config, mesh) if "ep" in mesh.mesh_dim_names else []
     ac_mode = job_config.activation_checkpoint.mode
     for name, block in list(model.layers.items()):
         if ac_mode != "none":
@@ -97,9 +174,15 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
         model.layers[name] = block
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if on_gpu else None
-    fsdp_kwargs = {"mesh": mesh}
+    fsdp_kwargs = {"mesh": dp_mesh(mesh)}
     if mp is not None:
         fsdp_kwargs["mp_policy"] = mp
+    for ex in ep_experts:
+        # FSDP2 over the data-parallel ranks outside the EP group. When there are none (ep == shard degree, no
+        # replicas) the group has one rank: FSDP2 then moves nothing and only applies mixed precision; with
+        # replicas (HSDP) it all-reduces the expert grads across them. Never across the EP group: each EP rank
+        # holds different experts, whose grads already sum every EP rank's tokens (scaled by 1/ep in the MoE).
+        fully_shard(ex, **{**fsdp_kwargs, "mesh": expert_dp_mesh(mesh)})
     names = list(model.layers.keys())
     for i, name in enumerate(names):
         # The last block's parameters are needed again first thing in backward: keep them gathered.

@@ -102,6 +102,7 @@ class Float8Config:
     emulate: bool = False
     moe_recipe_name: str = "none"
     moe_granularity: Optional[str] = None
+    dispatch_dtype: str = "bf16"  # expert parallelism's dispatch all-to-all (validated in titan_fp8.config)
     recipe: Recipe = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):

@@ -306,10 +306,81 @@ def _a_tile(spec: FusedSpec) -> int:
     return spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1
 
 
-def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec):
-    """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts): rows gathered into expert order (src == N: zero row)."""
+def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec, rows_q=None):
+    """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts): rows gathered into expert order (src == N: zero row).
+
+    rows_q = (data [N, D], scale): x's rows already quantized (expert parallelism's float8 dispatch, where x is
+    their exact dequantization): they are gathered, not quantized again; only the token-major copy is made."""
+    if rows_q is not None:
+        return _dispatch_prequantized(x, src, offs, spec, *rows_q)
     return moe_kernels.dispatch_quantize(x, src, offs, spec.recipe, spec.align, backend=_moe_backend(spec),
                                          col_tile=_a_tile(spec))
+
+
+def quantize_dispatch_rows(x: Tensor, spec: FusedSpec) -> tuple[Tensor, Tensor]:
+    """x [M, D] -> its rows quantized in the layout the first grouped GEMM reads (kernels.moe contract 2:
+    fp8_rowwise e4m3 + fp32 scale per row; mxfp8 e4m3 + E8M0 per 1x32 block carrying its 1 x block run).
+    Row quantization is row-local, so gathering these rows equals quantizing the gathered rows bit for bit.
+    Plain PyTorch (kernels.moe.reference: the bytes the kernels write); torch.compile fuses it."""
+    return moe_reference.quantize_rows(x.float(), spec.recipe, spec.g.block if spec.recipe == "mxfp8" else 32)
+
+
+def dequantize_dispatch_rows(data: Tensor, scale: Tensor, spec: FusedSpec, dtype: torch.dtype) -> Tensor:
+    """The exact values of quantize_dispatch_rows' output (e4m3 x a power of two fits bf16 and fp32 exactly)."""
+    if spec.recipe == "mxfp8":
+        return from_mxfp8(data, scale, dim=-1, dtype=torch.float32).to(dtype)
+    return (data.float() / scale.float().unsqueeze(-1)).to(dtype)
+
+
+def _dispatch_prequantized(x, src, offs, spec, data, scale):
+    # fprop rows: the received float8 rows gathered into expert order; a padding row (src == N) gets the bytes
+    # a zero row quantizes to (what dispatch_quantize writes there)
+    zq, zs = quantize_dispatch_rows(x.new_zeros(1, x.shape[1]), spec)
+    # gathered as bytes: index_select / cat need not support float8 dtypes on every device
+    xq = torch.cat([data.view(torch.uint8), zq.view(torch.uint8)]).index_select(0, src).view(data.dtype)
+    xs = torch.cat([scale, zs]).index_select(0, src)
+    # wgrad's token-major copy: from x, the exact dequantization of the received rows (one more rounding than
+    # quantizing the sender's bf16 along tokens; DeepSeek-V3 does the same). kernels.moe writes it together
+    # with rows, which are dropped (the received ones are what the GEMM reads).
+    _, _, xtq, xts = dispatch_quantize(x, src, offs, spec)
+    return xq, xs, xtq, xts
+
+
+class Float8Dispatch(torch.autograd.Function):
+    """Expert parallelism's float8 dispatch: the sender's rows, quantized (quantize_dispatch_rows), travel as
+    bytes [M, D + scale bytes] (uint8: gloo has no float8) in ONE all_to_all_single; the receiver gets the
+    float8 rows + scales for the GEMM and their exact dequantization (the autograd carrier, and the source of
+    wgrad's token-major copy). Backward: the reverse all-to-all of the gradient in bf16. float8 there would
+    halve those bytes too, but the gradient has a wider, heavier-tailed range than activations and no per-row
+    scale is known before the backward GEMM runs; not built (DeepSeek-V3 also keeps it bf16)."""
+
+    @staticmethod
+    def forward(ctx, x_send, data, scale, out_splits, in_splits, group, spec):
+        from titan_fp8.models.expert_parallel import _all_to_all_raw
+
+        ctx.splits, ctx.group = (out_splits, in_splits), group
+        d = data.shape[1]
+        packed = torch.cat([data.view(torch.uint8), scale.reshape(data.shape[0], -1).contiguous()
+                            .view(torch.uint8)], dim=1)
+        got = _all_to_all_raw(packed, out_splits, in_splits, group)
+        r_data = got[:, :d].contiguous().view(data.dtype)
+        r_scale = got[:, d:].contiguous().view(scale.dtype)
+        r_scale = r_scale.reshape(-1) if scale.dim() == 1 else r_scale
+        x_recv = dequantize_dispatch_rows(r_data, r_scale, spec, x_send.dtype)
+        ctx.mark_non_differentiable(r_data, r_scale)
+        return x_recv, r_data, r_scale
+
+    @staticmethod
+    def backward(ctx, g, _gd, _gs):
+        from titan_fp8.models.expert_parallel import _all_to_all_raw
+
+        out_splits, in_splits = ctx.splits
+        return _all_to_all_raw(g, in_splits, out_splits, ctx.group), None, None, None, None, None, None
+
+
+@torch.compiler.disable
+def _float8_all_to_all(x_send, data, scale, out_splits, in_splits, group, spec):
+    return Float8Dispatch.apply(x_send, data, scale, out_splits, in_splits, group, spec)
 
 
 def swiglu_quantize(h13: Tensor, offs: Tensor, spec: FusedSpec):
@@ -452,8 +523,8 @@ def _weight(w: Tensor, spec: FusedSpec, which: str, after: Tensor | None = None)
 # ------------------------------------------------------------------------------------------ the autograd op
 class _FusedExperts(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weights, w13, w2, src, pos, offs, spec: FusedSpec):
-        xq, xs, xtq, xts = dispatch_quantize(x, src, offs, spec)
+    def forward(ctx, x, weights, w13, w2, src, pos, offs, spec: FusedSpec, rows_q=None):
+        xq, xs, xtq, xts = dispatch_quantize(x, src, offs, spec, rows_q)
         h13 = _f8_fprop(xq, xs, *_weight(w13, spec, "fwd"), offs, spec, x.dtype)
         aq, as_, atq, ats = swiglu_quantize(h13, offs, spec)
         y = _f8_fprop(aq, as_, *_weight(w2, spec, "fwd"), offs, spec, x.dtype)
@@ -490,10 +561,11 @@ class _FusedExperts(torch.autograd.Function):
         del dq, ds
         dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
         dweights = dweights.to(weights.dtype) if ctx.needs_input_grad[1] else None
-        return dx, dweights, dw13, dw2, None, None, None, None
+        return dx, dweights, dw13, dw2, None, None, None, None, None
 
 
-def fused_experts(x: Tensor, weights: Tensor, w13: Tensor, w2: Tensor, plan, spec: FusedSpec) -> Tensor:
+def fused_experts(x: Tensor, weights: Tensor, w13: Tensor, w2: Tensor, plan, spec: FusedSpec,
+                  rows_q: tuple | None = None) -> Tensor:
     """The whole float8 expert path: x [N, D], router weights [N, k], plan (DispatchPlan with groups padded
     to spec.align) -> out [N, D] = sum_j weights[t, j] * expert_{e(t, j)}(x[t]). fwd+bwd, no host sync."""
     if x.dim() != 2 or w13.dim() != 3 or w2.dim() != 3 or w13.shape[2] != x.shape[1] \
@@ -507,7 +579,7 @@ def fused_experts(x: Tensor, weights: Tensor, w13: Tensor, w2: Tensor, plan, spe
     if weights.shape[0] != x.shape[0] or plan.pos.shape[0] != weights.numel():
         raise ValueError(f"fused_experts: router weights {tuple(weights.shape)} and plan.pos "
                          f"{tuple(plan.pos.shape)} do not match x {tuple(x.shape)}")
-    return _FusedExperts.apply(x, weights, w13, w2, plan.src, plan.pos, plan.offs, spec)
+    return _FusedExperts.apply(x, weights, w13, w2, plan.src, plan.pos, plan.offs, spec, rows_q)
 
 
 class Float8GroupedExperts(GroupedExperts):
@@ -563,15 +635,27 @@ class Float8GroupedExperts(GroupedExperts):
     def spec(self, device) -> FusedSpec:
         return make_fused_spec(self.moe_recipe, self.granularity, self.backend, device, self.act_backend)
 
-    def forward(self, x_sorted: Tensor, offs: Tensor) -> Tensor:
+    def forward(self, x_sorted: Tensor, offs: Tensor, grad_scale: float = 1.0) -> Tensor:
         """Tokens already in expert order (groups padded to token_group_align, offs[-1] == rows): the fused
         path with the identity plan and unit weights."""
         from titan_fp8.models.moe import DispatchPlan
         rows = torch.arange(x_sorted.shape[0], device=x_sorted.device)
         plan = DispatchPlan(rows, rows, offs, offs)
         ones = torch.ones(x_sorted.shape[0], 1, device=x_sorted.device, dtype=torch.float32)
-        return fused_experts(x_sorted, ones, self.w13, self.w2, plan, self.spec(x_sorted.device))
+        return fused_experts(x_sorted, ones, *self.local_weights(grad_scale), plan, self.spec(x_sorted.device))
 
-    def routed(self, x: Tensor, weights: Tensor, plan) -> Tensor:
+    def routed(self, x: Tensor, weights: Tensor, plan, rows_q: tuple | None = None,
+               grad_scale: float = 1.0) -> Tensor:
+        """rows_q: x's rows already quantized (dispatch_float8's output); grad_scale: see GroupedExperts."""
         with record_function("moe.experts_fused"):
-            return fused_experts(x, weights, self.w13, self.w2, plan, self.spec(x.device))
+            return fused_experts(x, weights, *self.local_weights(grad_scale), plan, self.spec(x.device), rows_q)
+
+    def dispatch_float8(self, x_send: Tensor, out_splits: list, in_splits: list, group):
+        """Expert parallelism with dispatch_dtype "float8": quantize the rows to send (x_send [M, D], grouped
+        by destination rank) for the receiver's first grouped GEMM, send them as bytes, return (x_recv: their
+        exact dequantization, with autograd; (data, scale): the float8 rows for `routed(..., rows_q=...)`)."""
+        spec = self.spec(x_send.device)
+        with torch.no_grad():
+            data, scale = quantize_dispatch_rows(x_send.detach(), spec)
+        x_recv, r_data, r_scale = _float8_all_to_all(x_send, data, scale, out_splits, in_splits, group, spec)
+        return x_recv, (r_data, r_scale)

@@ -174,17 +174,26 @@ class GroupedExperts(nn.Module):
         self.w2 = nn.Parameter(torch.empty(num_experts, dim, hidden_dim))
         self._register_load_state_dict_pre_hook(_fuse_w1_w3_on_load)
 
-    def forward(self, x_sorted: Tensor, offs: Tensor) -> Tensor:
-        h1, h3 = self.mm(x_sorted, self.w13, offs).chunk(2, dim=-1)
-        return self.mm(F.silu(h1) * h3, self.w2, offs)
+    def local_weights(self, grad_scale: float = 1.0) -> tuple[Tensor, Tensor]:
+        """(w13, w2) as plain local tensors: under expert parallelism the parameters are DTensors sharded over
+        the EP mesh (these are this rank's experts); grad_scale multiplies their gradient (expert_parallel)."""
+        from titan_fp8.models.expert_parallel import local_tensor, scale_grad
 
-    def routed(self, x: Tensor, weights: Tensor, plan: "DispatchPlan") -> Tensor:
+        return tuple(scale_grad(local_tensor(w), grad_scale) for w in (self.w13, self.w2))
+
+    def forward(self, x_sorted: Tensor, offs: Tensor, grad_scale: float = 1.0) -> Tensor:
+        w13, w2 = self.local_weights(grad_scale)
+        h1, h3 = self.mm(x_sorted, w13, offs).chunk(2, dim=-1)
+        return self.mm(F.silu(h1) * h3, w2, offs)
+
+    def routed(self, x: Tensor, weights: Tensor, plan: "DispatchPlan", grad_scale: float = 1.0) -> Tensor:
         """x [N, D], router weights [N, k] -> sum over each token's k experts of weight * expert(x)."""
         n, k = weights.shape
         with record_function("moe.permute"):
             x_buf = _Permute.apply(x, plan.src, plan.pos, k)
         with record_function("moe.experts"):
-            y_buf = self(x_buf, plan.offs)
+            # (subclasses may define forward(x_sorted, offs): the scale only travels where it is used)
+            y_buf = self(x_buf, plan.offs) if grad_scale == 1 else self(x_buf, plan.offs, grad_scale)
         with record_function("moe.unpermute"):
             # each token's k outputs, summed in slot order with its router weights (fp32 sum)
             y_pairs = y_buf.index_select(0, plan.pos).view(n, k, self.dim)
@@ -369,6 +378,8 @@ class MoE(nn.Module):
                              persistent=False)
         self.aux_loss: Tensor = torch.zeros(())
         self.tokens_per_expert: Tensor = torch.zeros(args.num_experts, dtype=torch.int64)
+        # expert parallelism (titan_fp8.models.expert_parallel.ExpertParallel), set by titan_fp8.parallel
+        self.ep = None
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() != 3 or x.shape[-1] != self.dim:
@@ -379,17 +390,23 @@ class MoE(nn.Module):
 
         with record_function("moe.route"):
             weights, experts, scores = self.router(xf)
-        with torch.no_grad():
-            plan = dispatch_plan(experts, self.num_experts, self.token_group_align)
-        y = self.experts.routed(xf, weights, plan)
+        if self.ep is not None:
+            from titan_fp8.models.expert_parallel import ep_routed
+
+            y, counts = ep_routed(self, xf, weights, experts)
+        else:
+            with torch.no_grad():
+                plan = dispatch_plan(experts, self.num_experts, self.token_group_align)
+            y = self.experts.routed(xf, weights, plan)
+            counts = plan.counts
         if self.shared_expert is not None:
             y = y + self.shared_expert(xf)
 
-        self.tokens_per_expert = plan.counts
-        self.aux_loss = self._aux_loss(scores, plan.counts, n)
+        self.tokens_per_expert = counts
+        self.aux_loss = self._aux_loss(scores, counts, n)
         if self.args.load_balance == "aux_free" and self.training:
             with torch.no_grad():
-                self.load_since_update.add_(plan.counts)
+                self.load_since_update.add_(counts)
         return y.view(shape)
 
     def _aux_loss(self, scores: Tensor, counts: Tensor, n: int) -> Tensor:

@@ -13,6 +13,10 @@ from titan_fp8.config import LRScheduler, Optimizer
 def build_optimizer(model: torch.nn.Module, cfg: Optimizer, device: torch.device) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
     fused = bool(cfg.fused and device.type == "cuda")
+    # one param group per device mesh: foreach / fused kernels take one list per group, and DTensors of
+    # different meshes (expert parallelism: experts on (dp, ep), the rest on dp) cannot share a list
+    groups = _by_mesh(params)
+    params = groups[0] if len(groups) == 1 else [{"params": g} for g in groups]
     return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps,
                              weight_decay=cfg.weight_decay, fused=fused, foreach=None if fused else True)
 
@@ -48,12 +52,25 @@ def grad_norm_and_clip(params: list[torch.nn.Parameter], max_norm: float) -> tor
     DTensor, and full_tensor() all-reduces it (sum of squares, then the root), so every rank gets the norm of
     the whole model. With HSDP the same call reduces over both mesh dimensions.
     """
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
+    with_grad = [p for p in params if p.grad is not None]
+    if not with_grad:
         return torch.zeros(())
-    total = torch.nn.utils.get_total_norm(grads, norm_type=2.0, error_if_nonfinite=False)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
+    # per device mesh (expert parallelism has two), each norm over all of its ranks, then combined: every
+    # parameter element counts once (EP-sharded experts are Shard on the ep dim, so no double counting)
+    norms = []
+    for group in _by_mesh(with_grad):
+        n = torch.nn.utils.get_total_norm([p.grad for p in group], norm_type=2.0, error_if_nonfinite=False)
+        norms.append(n.full_tensor() if isinstance(n, DTensor) else n)
+    total = norms[0] if len(norms) == 1 else torch.linalg.vector_norm(torch.stack(norms))
     if max_norm > 0:
-        torch.nn.utils.clip_grads_with_norm_([p for p in params if p.grad is not None], max_norm, total)
+        for group in _by_mesh(with_grad):
+            torch.nn.utils.clip_grads_with_norm_(group, max_norm, total)
     return total
+
+
+def _by_mesh(params: list) -> list[list]:
+    """params split by DTensor device mesh (plain tensors together), in first-seen order."""
+    groups: dict = {}
+    for p in params:
+        groups.setdefault(getattr(p, "device_mesh", None), []).append(p)
+    return list(groups.values())

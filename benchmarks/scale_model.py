@@ -1,0 +1,231 @@
+"""Project llama_moe's step time from the measured 2-GPU run to 8, 64 and 512 GPUs: FSDP/HSDP vs expert
+parallelism, and what float8 all-gather and float8 dispatch save there. A model, not a measurement.
+
+    python benchmarks/scale_model.py [--config train_configs/llama_moe.toml]
+        [--measured benchmarks/results/llama_moe_e2e_x2/summary.json] [--compute-ms-per-layer X]
+        [--nvlink-gbs 450] [--internode-gbits 400] [--overlap 0.5] [--gpus 8,64,512] [--out DIR]
+
+Inputs
+  measured   the bf16 run of llama_moe on 2 H200s (FSDP, median tokens/s/GPU): step time = local tokens / that.
+             Compute per step = measured step - its exposed communication under the same model (below), unless
+             --compute-ms-per-layer gives it (x n_layers). Weak scaling: every GPU keeps its local batch, so its
+             compute stays constant (EP moves tokens, not FLOPs; routing assumed balanced).
+  bytes      from the model config itself (parameters instantiated on the meta device): per parameter group
+             (float8-able Linear weights, routed experts, the rest: embeddings, norms, router, output head),
+             per MoE layer the routed rows (local tokens x top_k x dim).
+Communication per GPU and step (S = GPUs per node = the FSDP shard group, R = GPUs / S replicas, HSDP)
+  FSDP       all-gather of the weights twice (forward; backward re-gathers: reshard_after_forward), bf16 or
+             float8 (1 byte; scales neglected: < 1% for tensorwise / rowwise / mx128), (S-1)/S of the bytes over
+             NVLink; reduce-scatter of fp32 grads, (S-1)/S over NVLink; all-reduce of the grad shard across the
+             R replicas, 2 (R-1)/R of (params x 4 / S) between nodes (ring).
+  EP         ep = min(num_experts, S) inside a node: experts are not gathered (ep == S: each GPU holds its own),
+             their fp32 grad shard all-reduced across replicas; per MoE layer: dispatch (bf16 2 bytes, or float8:
+             dim + dim/32 bytes per row, mxfp8 layout), combine bf16, backward the two reverse all-to-alls in bf16,
+             each (ep-1)/ep of the rows over NVLink (activation checkpointing would repeat the forward pair; the
+             config's mode is read).
+Overlap
+  FSDP traffic overlaps with compute: exposed = max(0, fsdp_time - overlap x compute). The all-to-alls sit on
+  the critical path (routing -> dispatch -> experts -> combine; no overlap, as in torchtitan's default).
+  step = compute + exposed FSDP + all-to-all.
+Sensitivity: each assumption x2 and /2 at the largest GPU count; the table names the one that moves the answers
+(the two float8 savings and the EP-vs-FSDP ratio) most.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+GB = 1e9
+DEFAULTS = {"nvlink_gbs": 450.0, "internode_gbits": 400.0, "overlap": 0.5, "gpus_per_node": 8}
+SCENARIOS = ("fsdp_bf16", "fsdp_f8ag", "ep_bf16", "ep_f8dispatch")
+
+
+def model_sizes(config: str) -> dict:
+    """Parameter counts by group and the per-layer activation sizes, from the config (meta device)."""
+    import torch
+
+    from titan_fp8.config import load_config
+    from titan_fp8.models.llama_moe import Transformer
+
+    cfg = load_config(config, [], world_size=2)
+    args = cfg.model_args()
+    with torch.device("meta"):
+        model = Transformer(args)
+    groups = {"float8_linear": 0, "experts": 0, "other": 0}
+    for name, p in model.named_parameters():
+        if ".experts." in name:
+            groups["experts"] += p.numel()
+        elif p.dim() == 2 and not any(s in name for s in ("tok_embeddings", "output", "router")):
+            groups["float8_linear"] += p.numel()
+        else:
+            groups["other"] += p.numel()
+    return {"params": groups, "dim": args.dim, "n_layers": args.n_layers,
+            "n_moe_layers": args.n_layers - args.n_dense_layers, "num_experts": args.moe.num_experts,
+            "top_k": args.moe.top_k, "local_tokens": cfg.training.local_batch_size * cfg.training.seq_len,
+            "ac_mode": cfg.activation_checkpoint.mode}
+
+
+def comm_seconds(sizes: dict, gpus: int, scenario: str, a: dict) -> dict:
+    """Per-GPU communication time of one step, by kind (seconds)."""
+    S = min(gpus, a["gpus_per_node"])
+    R = gpus // S
+    nvl, ib = a["nvlink_gbs"] * GB, a["internode_gbits"] / 8 * GB
+    p = sizes["params"]
+    ep = min(sizes["num_experts"], S) if scenario.startswith("ep") else 1
+    f8_ag = scenario in ("fsdp_f8ag", "ep_f8dispatch")  # the EP float8 run gathers its Linears in float8 too
+    gathered = p["float8_linear"] * (1 if f8_ag else 2) + p["other"] * 2
+    shard_params = p["float8_linear"] + p["other"]
+    if ep == 1:
+        gathered += p["experts"] * (1 if f8_ag else 2)
+        shard_params += p["experts"]
+    out = {"all_gather": 2 * gathered * (S - 1) / S / nvl,
+           "reduce_scatter": shard_params * 4 * (S - 1) / S / nvl}
+    if 1 < ep < S:  # experts FSDP over the S/ep ranks outside the EP group (gathered in bf16 under EP)
+        m = S // ep
+        out["all_gather"] += 2 * p["experts"] / ep * 2 * (m - 1) / m / nvl
+        out["reduce_scatter"] += p["experts"] / ep * 4 * (m - 1) / m / nvl
+    # replicas: all-reduce of every GPU's fp32 grad shard (experts: their 1/ep share)
+    grad_shard = shard_params * 4 / S + (p["experts"] * 4 / S if ep > 1 else 0)
+    out["all_reduce_replicas"] = 2 * (R - 1) / R * grad_shard / ib if R > 1 else 0.0
+    out["all_to_all"] = 0.0
+    if ep > 1:
+        rows = sizes["local_tokens"] * sizes["top_k"]
+        d = sizes["dim"]
+        dispatch = rows * (d + d / 32 if scenario == "ep_f8dispatch" else 2 * d)
+        bf16_rows = rows * 2 * d
+        fwd = dispatch + bf16_rows
+        if sizes["ac_mode"] != "none":
+            fwd *= 2
+        per_layer = (fwd + 2 * bf16_rows) * (ep - 1) / ep
+        out["all_to_all"] = per_layer * sizes["n_moe_layers"] / nvl  # ep <= S: inside the node
+    return out
+
+
+def step_seconds(compute: float, comm: dict, a: dict) -> float:
+    fsdp = comm["all_gather"] + comm["reduce_scatter"] + comm["all_reduce_replicas"]
+    return compute + max(0.0, fsdp - a["overlap"] * compute) + comm["all_to_all"]
+
+
+def calibrate_compute(sizes: dict, measured_step: float, a: dict) -> float:
+    """compute such that step_seconds(compute, comm at 2 GPUs, fsdp_bf16) == measured_step."""
+    comm = comm_seconds(sizes, 2, "fsdp_bf16", a)
+    fsdp = comm["all_gather"] + comm["reduce_scatter"] + comm["all_reduce_replicas"]
+    # step = c + max(0, fsdp - o c): if fsdp <= o * step, all hidden: c = step; else c = (step - fsdp) / (1 - o)
+    if fsdp <= a["overlap"] * measured_step:
+        return measured_step
+    return (measured_step - fsdp) / (1 - a["overlap"])
+
+
+def project(sizes: dict, measured_step: float, a: dict, gpus_list, compute: float | None = None) -> dict:
+    compute = calibrate_compute(sizes, measured_step, a) if compute is None else compute
+    rows = []
+    for g in gpus_list:
+        row = {"gpus": g, "compute_s": compute}
+        for sc in SCENARIOS:
+            comm = comm_seconds(sizes, g, sc, a)
+            row[sc] = {"step_s": step_seconds(compute, comm, a), "comm_s": comm,
+                       "tokens_per_s_per_gpu": sizes["local_tokens"] / step_seconds(compute, comm, a)}
+        row["saving_f8_all_gather"] = 1 - row["fsdp_f8ag"]["step_s"] / row["fsdp_bf16"]["step_s"]
+        row["saving_f8_dispatch"] = 1 - row["ep_f8dispatch"]["step_s"] / row["ep_bf16"]["step_s"]
+        row["ep_vs_fsdp"] = row["fsdp_bf16"]["step_s"] / row["ep_bf16"]["step_s"]
+        rows.append(row)
+    return {"compute_s": compute, "rows": rows}
+
+
+ANSWERS = ("saving_f8_all_gather", "saving_f8_dispatch", "ep_vs_fsdp")
+
+
+def sensitivity(sizes, measured_step, a, gpus, compute_override) -> dict:
+    """Each assumption x2 and /2 at `gpus`: how far the answers move (float8 all-gather saving, float8 dispatch
+    saving: percentage points; EP vs FSDP speed ratio: relative). "compute" is the calibrated step compute (a
+    bigger or smaller local batch, or a faster GEMM)."""
+    base = project(sizes, measured_step, a, [gpus], compute_override)["rows"][0]
+    base_compute = compute_override or calibrate_compute(sizes, measured_step, a)
+    out = {}
+    for key in ("nvlink_gbs", "internode_gbits", "overlap", "compute"):
+        for factor in (0.5, 2.0):
+            b = dict(a)
+            comp = base_compute * factor if key == "compute" else compute_override
+            if key == "overlap":
+                b[key] = min(1.0, a[key] * factor)
+            elif key != "compute":
+                b[key] = a[key] * factor
+            r = project(sizes, measured_step, b, [gpus], comp)["rows"][0]
+            out[f"{key} x{factor:g}"] = {"saving_f8_all_gather": r["saving_f8_all_gather"] - base["saving_f8_all_gather"],
+                                         "saving_f8_dispatch": r["saving_f8_dispatch"] - base["saving_f8_dispatch"],
+                                         "ep_vs_fsdp": r["ep_vs_fsdp"] / base["ep_vs_fsdp"] - 1}
+    swing = {k.split(" x")[0]: 0.0 for k in out}
+    for k, d in out.items():
+        name = k.split(" x")[0]
+        swing[name] = max(swing[name], max(abs(v) for v in d.values()))
+    worst = max(swing, key=swing.get)
+    return {"gpus": gpus, "answer_change": out, "swing": swing, "moves_most": worst, "max_change": swing[worst]}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default=os.path.join(ROOT, "train_configs", "llama_moe.toml"))
+    ap.add_argument("--measured", default=os.path.join(ROOT, "benchmarks", "results", "llama_moe_e2e_x2",
+                                                       "summary.json"))
+    ap.add_argument("--measured-run", default="bf16")
+    ap.add_argument("--compute-ms-per-layer", type=float, default=None)
+    ap.add_argument("--nvlink-gbs", type=float, default=DEFAULTS["nvlink_gbs"])
+    ap.add_argument("--internode-gbits", type=float, default=DEFAULTS["internode_gbits"])
+    ap.add_argument("--overlap", type=float, default=DEFAULTS["overlap"])
+    ap.add_argument("--gpus", default="8,64,512")
+    ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
+    args = ap.parse_args(argv)
+    a = {"nvlink_gbs": args.nvlink_gbs, "internode_gbits": args.internode_gbits, "overlap": args.overlap,
+         "gpus_per_node": DEFAULTS["gpus_per_node"]}
+    sizes = model_sizes(args.config)
+    with open(args.measured) as f:
+        measured = json.load(f)
+    tps = measured["runs"][args.measured_run]["tps_per_gpu_median"]
+    measured_step = sizes["local_tokens"] / tps
+    compute = args.compute_ms_per_layer * 1e-3 * sizes["n_layers"] if args.compute_ms_per_layer else None
+    gpus = [int(g) for g in args.gpus.split(",")]
+    proj = project(sizes, measured_step, a, gpus, compute)
+    sens = sensitivity(sizes, measured_step, a, gpus[-1], compute)
+    result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": "python benchmarks/scale_model.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+              "kind": "projection (a model, not a measurement)", "assumptions": a,
+              "measured": {"file": os.path.relpath(args.measured, ROOT), "run": args.measured_run,
+                           "device": measured.get("device"), "gpus": measured.get("gpus"), "tps_per_gpu": tps,
+                           "step_s": measured_step},
+              "model": sizes, "compute_s": proj["compute_s"], "rows": proj["rows"], "sensitivity": sens}
+    lines = [f"measured: {tps:.0f} tok/s/GPU on {measured.get('gpus')}x {measured.get('device')} -> step "
+             f"{measured_step * 1e3:.1f} ms, compute {proj['compute_s'] * 1e3:.1f} ms (weak scaling)",
+             f"assumptions: NVLink {a['nvlink_gbs']:g} GB/s/GPU, between nodes {a['internode_gbits']:g} Gb/s/GPU, "
+             f"{a['gpus_per_node']} GPUs/node, FSDP overlap {a['overlap']:g} of compute, all-to-all exposed",
+             "| GPUs | FSDP bf16 ms | FSDP f8 AG ms | f8 AG saves | EP bf16 ms | EP f8 dispatch ms | f8 dispatch saves "
+             "| EP vs FSDP |", "|---|---|---|---|---|---|---|---|"]
+    for r in proj["rows"]:
+        lines.append(f"| {r['gpus']} | {r['fsdp_bf16']['step_s'] * 1e3:.1f} | {r['fsdp_f8ag']['step_s'] * 1e3:.1f} | "
+                     f"{r['saving_f8_all_gather']:.1%} | {r['ep_bf16']['step_s'] * 1e3:.1f} | "
+                     f"{r['ep_f8dispatch']['step_s'] * 1e3:.1f} | {r['saving_f8_dispatch']:.1%} | "
+                     f"{r['ep_vs_fsdp']:.2f}x |")
+    lines.append(f"sensitivity at {sens['gpus']} GPUs (each assumption x2 and /2; change of the f8 AG saving, f8 "
+                 f"dispatch saving [points] and EP-vs-FSDP ratio [relative]): '{sens['moves_most']}' moves the answer "
+                 f"most ({sens['max_change']:.1%} at worst)")
+    for k, d in sens["answer_change"].items():
+        lines.append(f"  {k:20s} " + "  ".join(f"{name} {v:+.1%}" for name, v in d.items()))
+    text = "\n".join(lines)
+    print(text)
+    result["table"] = text
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, f"scale_model-{result['date'][:10]}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {os.path.relpath(path, ROOT) if path.startswith(ROOT) else path}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
