@@ -50,6 +50,7 @@ from torch import Tensor
 from torch.profiler import record_function
 
 import kernels.moe as moe_kernels
+from kernels.moe import reference as moe_reference
 from kernels.grouped_gemm import (
     grouped_mm_dgrad_reference,
     grouped_mm_fprop_reference,
