@@ -88,7 +88,11 @@ def test_expert_dims_not_multiple_of_the_block_is_a_one_line_error_naming_the_ke
 
     with pytest.raises(ValueError, match=r"^moe_granularity: moe.experts .*multiples of 128: w13 \(2, 192, 64\)"):
         convert_to_float8_training(Small(), Float8Config(moe_recipe_name="mxfp8", emulate=True))
-    net = convert_to_float8_training(Small(), Float8Config(moe_recipe_name="mxfp8", moe_granularity="mx32",
+    # mx32 too: its weights' 128-row tiles and wgrad's 128-feature token-major tiles; mx32_plain needs 32 only
+    with pytest.raises(ValueError, match=r"^moe_granularity: moe.experts .*multiples of 128: w13 \(2, 192, 64\)"):
+        convert_to_float8_training(Small(), Float8Config(moe_recipe_name="mxfp8", moe_granularity="mx32",
+                                                         emulate=True))
+    net = convert_to_float8_training(Small(), Float8Config(moe_recipe_name="mxfp8", moe_granularity="mx32_plain",
                                                            emulate=True))
     assert net.moe.token_group_align == 32
 

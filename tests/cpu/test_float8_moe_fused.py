@@ -236,8 +236,10 @@ def test_identity_plan_forward_and_errors():
         Float8GroupedExperts(D, H, E, "mxfp8", "mx64")
     with pytest.raises(ValueError, match="moe_recipe_name"):
         make_fused_spec("fp8_tensorwise")
-    with pytest.raises(ValueError, match="multiples of 32"):
+    with pytest.raises(ValueError, match="multiples of 128"):
         Float8GroupedExperts(48, 64, E, "mxfp8", "mx128")
+    with pytest.raises(ValueError, match=r"\(mx32\) needs out/in dims that are multiples of 128"):
+        Float8GroupedExperts(64, 128, E, "mxfp8", "mx32")
 
 
 def test_from_grouped_experts_shares_parameters():

@@ -158,6 +158,14 @@ class Float8Config:
         return FP8_ROWWISE_TOKEN_ALIGN if self.moe_recipe_name == "fp8_rowwise" else 0
 
     @property
+    def moe_dim_multiple(self) -> int:
+        """Expert weight dims (dim, hidden_dim) must be multiples of this: the block, and for mx128 / mx32 the
+        128-row weight tiles and the 128-feature tiles of wgrad's token-major operands (kernels.moe col_tile)."""
+        if self.moe_recipe_name == "mxfp8" and self.moe_granularity != "mx32_plain":
+            return 128
+        return self.moe_block
+
+    @property
     def moe_token_group_align(self) -> int:
         """Rows every expert's token group is padded to: fp8_rowwise 16 (torch._scaled_grouped_mm), mxfp8 the
         block (128 for mx128: wgrad's token blocks must not straddle two experts, and the CUTLASS backend

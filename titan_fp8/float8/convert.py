@@ -74,7 +74,7 @@ def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=Non
 
     from .experts import Float8GroupedExperts
 
-    block = config.moe_block
+    block = config.moe_dim_multiple
     what = (f"moe_recipe_name={config.moe_recipe_name!r}" + (f", moe_granularity={config.moe_granularity!r}"
                                                              if config.moe_granularity else ""))
     for fqn, moe in model.named_modules():

@@ -600,11 +600,13 @@ class Float8GroupedExperts(GroupedExperts):
     def _configure(self, moe_recipe, granularity, backend, act_backend="auto"):
         if moe_recipe == "mxfp8":
             granularity = granularity or DEFAULT_GRANULARITY
+            g = GRANULARITIES.get(granularity)
+            multiple = max(g.block, g.weight_tile, g.wgrad_x_tile) if g else 32  # unknown names: make_fused_spec
             bad = [f"{n} {tuple(getattr(self, n).shape)}" for n in ("w13", "w2")
-                   if any(d % 32 for d in getattr(self, n).shape[1:])]
+                   if any(d % multiple for d in getattr(self, n).shape[1:])]
             if bad:
-                raise ValueError(f"Float8GroupedExperts: moe_recipe 'mxfp8' needs out/in dims that are multiples of "
-                                 f"32: {', '.join(bad)}")
+                raise ValueError(f"Float8GroupedExperts: moe_recipe 'mxfp8' ({granularity}) needs out/in dims that are "
+                                 f"multiples of {multiple}: {', '.join(bad)}")
         elif moe_recipe == "fp8_rowwise":
             bad = [f"{n} {tuple(getattr(self, n).shape)}" for n in ("w13", "w2")
                    if any(d % 16 for d in getattr(self, n).shape[1:])]
@@ -628,7 +630,7 @@ class Float8GroupedExperts(GroupedExperts):
         backend = "emulated" if getattr(config, "emulate", False) else "auto"
         with torch.device("meta"):
             new = cls(experts.dim, experts.hidden_dim, experts.num_experts, "mxfp8" if recipe == "mxfp8" else
-                      "fp8_rowwise")
+                      "fp8_rowwise", gran)
         new.w13, new.w2 = experts.w13, experts.w2
         new._configure(recipe, gran, backend)
         return new
