@@ -164,3 +164,18 @@ def test_train_py_ep2_trains_compiled(tmp_path):
     assert "mesh (1, 2) ('dp_shard_mod_ep', 'ep')" in proc.stdout
     losses = [m["loss"] for m in metrics(dump)]
     assert len(losses) == 8 and losses[-1] < losses[0] - 0.3, losses
+
+
+def test_train_py_ep2_float8_everything(tmp_path):
+    """EP=2 with tensorwise Linears gathered in float8 + precompute, mxfp8 experts (gathered in their parameter
+    dtype under EP: warned) and float8 dispatch: launch/train.py runs and the loss stays finite."""
+    dump = str(tmp_path / "run")
+    proc = run_train(dump, 2, [*TINY, "--training.local_batch_size=2", *EP2, "--training.steps=3",
+                               "--validation.enable=false", *F8_MX32, "--float8.dispatch_dtype=float8",
+                               "--float8.enable_fsdp_float8_all_gather",
+                               "--float8.precompute_float8_dynamic_scale_for_fsdp"])
+    assert proc.returncode == 0, explain(proc)
+    assert "enable_fsdp_float8_all_gather applies to the Linear weights only" in proc.stderr
+    assert "no valid precomputed scale" not in proc.stderr
+    losses = [m["loss"] for m in metrics(dump)]
+    assert len(losses) == 3 and all(l == l and l < 10 for l in losses), losses
