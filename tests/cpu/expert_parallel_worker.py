@@ -102,7 +102,7 @@ def dispatch(rank, world, recipe, granularity):
     from titan_fp8.float8.experts import Float8GroupedExperts, quantize_dispatch_rows
     from titan_fp8.models.expert_parallel import all_to_all
 
-    ex = Float8GroupedExperts(DISPATCH_DIM, 64, 2, recipe, granularity, backend="emulated")
+    ex = Float8GroupedExperts(DISPATCH_DIM, 128, 2, recipe, granularity, backend="emulated")
     g = torch.Generator().manual_seed(rank)
     send = [[0, 5], [3, 1]][rank]  # rows this rank sends to rank 0, 1 (rank 0 sends none to itself)
     recv = [send_j[rank] for send_j in ([0, 5], [3, 1])]
