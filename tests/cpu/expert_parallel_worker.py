@@ -28,7 +28,7 @@ DEBUG_TOML = os.path.join(ROOT, "train_configs", "debug_moe.toml")
 SMALL = ["--training.seq_len=16", "--training.local_batch_size=2", "--training.seed=3", "--optimizer.lr=3e-3",
          "--lr_scheduler.warmup_steps=1", "--training.max_norm=0.5"]
 STEPS = 3
-DISPATCH_DIM = 128  # a multiple of every MX block (mx128 included)
+DISPATCH_DIM = 128  # a multiple of every MX block and weight tile (mx128, mx32)
 
 A2A_CALLS: list = []
 
@@ -102,7 +102,7 @@ def dispatch(rank, world, recipe, granularity):
     from titan_fp8.float8.experts import Float8GroupedExperts, quantize_dispatch_rows
     from titan_fp8.models.expert_parallel import all_to_all
 
-    ex = Float8GroupedExperts(DISPATCH_DIM, 128, 2, recipe, granularity, backend="emulated")
+    ex = Float8GroupedExperts(DISPATCH_DIM, DISPATCH_DIM, 2, recipe, granularity, backend="emulated")
     g = torch.Generator().manual_seed(rank)
     send = [[0, 5], [3, 1]][rank]  # rows this rank sends to rank 0, 1 (rank 0 sends none to itself)
     recv = [send_j[rank] for send_j in ([0, 5], [3, 1])]
