@@ -97,6 +97,10 @@ def parse_args(argv: list[str]):
                         "slow each other, so their tokens/s is no speed comparison (summary says so)")
     p.add_argument("--reuse", action="store_true",
                    help="keep runs already complete in the dump folder with the identical command")
+    p.add_argument("--redraw", action="store_true",
+                   help="train nothing: summarize and draw the complete runs already in the dump folder (e.g. "
+                        "copied from the GPU host, or left by a comparison that was cut short); the others "
+                        "are reported as not run")
     return p.parse_known_args(argv)
 
 
@@ -138,7 +142,10 @@ def main(argv: Optional[list[str]] = None) -> int:
              args.runs_per_gpu > 1 else "") if gpus else f"on CPU, one at a time, {nproc} process(es)")
     print(f"compare: {len(runs)} run(s) of {args.config} ({where}); baseline {baseline}; into {out}", flush=True)
 
-    execute(runs, args.config, nproc, slots, args.reuse)
+    if args.redraw:
+        redraw(runs)
+    else:
+        execute(runs, args.config, nproc, slots, args.reuse)
 
     summary = summarize(runs, baseline, args, nproc, gpus, out)
     summary["command"] = shlex.join(["python", "launch/compare.py", *argv])
@@ -214,9 +221,23 @@ def reusable(run: Run, config: str, nproc: int) -> bool:
             same = json.load(f) == _run_identity(run, config, nproc)
     except (OSError, ValueError):
         return False
+    return same and complete(run)
+
+
+def complete(run: Run) -> bool:
+    """The folder holds a finished run (the trainer writes summary.json last) of run.steps steps."""
     recs = read_metrics(run.dump)
-    return same and bool(recs) and recs[-1]["step"] == run.steps and os.path.isfile(
-        os.path.join(run.dump, "summary.json"))
+    return bool(recs) and recs[-1]["step"] == run.steps and os.path.isfile(os.path.join(run.dump, "summary.json"))
+
+
+def redraw(runs: list[Run]) -> None:
+    """--redraw: every complete run folder is taken as it is (its compare_run.json says what made it)."""
+    for i, run in enumerate(runs, 1):
+        if complete(run):
+            run.status, run.reused, run.exit_code, run.records = "ok", True, 0, read_metrics(run.dump)
+        else:
+            run.status, run.log_tail = "failed", f"--redraw: no complete run in {run.dump}"
+        print(f"[{i}/{len(runs)}] {progress_line(run)}", flush=True)
 
 
 def execute(runs: list[Run], config: str, nproc: int, slots: list[list[int]], reuse: bool = False) -> None:
@@ -305,7 +326,8 @@ def progress_line(run: Run) -> str:
         return (f"{run.name}: {how}, loss {s['final_train_loss']:.4f}{val}, "
                 f"{s['tps_per_gpu_median']:.0f} tokens/s/GPU")
     tail = "\n".join("    " + line for line in (run.log_tail or "").splitlines())
-    return f"{run.name}: FAILED (exit {run.exit_code}) after {run.wall_s:.0f} s; last lines of {run.log}:\n{tail}"
+    after = f" after {run.wall_s:.0f} s" if run.wall_s is not None else ""
+    return f"{run.name}: FAILED (exit {run.exit_code}){after}; last lines of {run.log}:\n{tail}"
 
 
 # --------------------------------------------------------------------------------------------------

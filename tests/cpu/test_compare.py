@@ -147,6 +147,16 @@ def test_reuse_redraws_from_complete_runs_without_training(compared):
         assert again[name]["reused"] is True
         for key in ("last10_mean_train_loss", "val_loss", "tps_per_gpu_median", "rel_diff_val_vs_baseline"):
             assert again[name][key] == first["runs"][name][key], (name, key)
+    # --redraw trains nothing: complete folders are summarized as they are, a recipe without one is "not run"
+    proc = run_compare("--config", DEBUG_TOML, "--recipes", "bf16,tensorwise,mxfp8_mx128", "--seeds", "2",
+                       "--nproc", "1", f"--job.dump_folder={out}", *TINY, "--redraw", timeout=200)
+    assert proc.returncode == 1 and "started" not in proc.stdout, explain(proc)
+    assert "mxfp8_mx128: FAILED (exit None); last lines" in proc.stdout and "--redraw: no complete run" in proc.stdout
+    with open(os.path.join(out, "summary.json")) as f:
+        redrawn = json.load(f)["runs"]
+    assert redrawn["mxfp8_mx128"]["status"] == "failed"
+    for name in ("bf16", "bf16-seed43", "tensorwise"):
+        assert redrawn[name]["val_loss"] == first["runs"][name]["val_loss"], name
     # a run is reused only for the identical command and when complete
     import importlib.util
 
