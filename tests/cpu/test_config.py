@@ -215,7 +215,10 @@ def test_expert_dims_that_do_not_fit_the_moe_granularity_are_a_start_up_config_e
     cfg = load_config("train_configs/debug_moe.toml", over, world_size=1)  # debug experts: dims 64, tiles 128
     with pytest.raises(ConfigError, match=r"debug_moe.toml: \[float8\] moe_granularity: layers.1.moe.experts .*128"):
         build_model(cfg, torch.device("cpu"), lambda *a: None)
-    ok = load_config("train_configs/debug_moe.toml", over + ["--float8.moe_granularity=mx32"], world_size=1)
+    with pytest.raises(ConfigError, match=r"moe_granularity='mx32': .*multiples of 128"):  # 128-row tiles too
+        build_model(load_config("train_configs/debug_moe.toml", over + ["--float8.moe_granularity=mx32"],
+                                world_size=1), torch.device("cpu"), lambda *a: None)
+    ok = load_config("train_configs/debug_moe.toml", over + ["--float8.moe_granularity=mx32_plain"], world_size=1)
     build_model(ok, torch.device("cpu"), lambda *a: None)
 
 
