@@ -123,15 +123,43 @@ def build_variant(base: MoE, name: str, emulate: bool) -> MoE:
 
 
 def cuda_step_times(step, iters):
-    times = []
+    """(GPU ms per step between events, host ms to issue each step): the step starts on an idle GPU, so where
+    the host takes longer to launch a step than the GPU to run it, the two are about equal (host-bound)."""
+    times, host = [], []
     for _ in range(iters):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
         a.record()
         step()
         b.record()
+        host.append((time.perf_counter() - t0) * 1e3)
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return times
+    return times, host
+
+
+def pipelined_ms(step, iters):
+    """ms per step with `iters` steps issued back to back (no sync between them), as a training loop runs
+    layers: the host may run ahead of the GPU, so only a host slower than the GPU shows here."""
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        step()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) * 1e3 / iters
+
+
+def host_top(step, steps, n):
+    """The n host-side ops with the most self CPU time per step (torch.profiler, CPU activity): where a
+    host-bound step spends its launch time."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            step()
+        torch.cuda.synchronize()
+    evs = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:n]
+    return [{"op": e.key[:90], "calls_per_step": round(e.count / steps, 1),
+             "self_cpu_ms": round(e.self_cpu_time_total / 1e3 / steps, 3)} for e in evs]
 
 
 def kernel_split(step, steps):
@@ -173,6 +201,8 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prof-steps", type=int, default=2)
+    ap.add_argument("--host-top", type=int, default=0,
+                    help="also list the N host ops with the most self CPU time per step (CPU profiler)")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, emulated float8, no torchao")
     ap.add_argument("--deadline-s", type=float, default=0,
@@ -249,9 +279,10 @@ def main():
                     torch.cuda.synchronize()
                     peak = (torch.cuda.max_memory_allocated() - mem_before) / 2**30
                     split, top = kernel_split(step, args.prof_steps)
+                    htop = host_top(step, args.prof_steps, args.host_top) if args.host_top else []
                 else:
-                    peak, split, top = None, {}, []
-                runs[name] = dict(step=step, times=[], peak=peak, split=split, top=top,
+                    peak, split, top, htop = None, {}, [], []
+                runs[name] = dict(step=step, times=[], host=[], peak=peak, split=split, top=top, htop=htop,
                                   setup_s=round(time.time() - t0, 1), note=getattr(moe, "gemm_note", None))
                 print(f"[{shape}] {name}: ready in {time.time() - t0:.0f} s", flush=True)
             except Exception as e:  # a variant that cannot run is reported, the others still run
@@ -263,7 +294,10 @@ def main():
                 break
             for name, r in runs.items():
                 if cuda:
-                    r["times"] += cuda_step_times(r["step"], args.iters)
+                    gpu_ms, host_ms = cuda_step_times(r["step"], args.iters)
+                    r["times"] += gpu_ms
+                    r["host"] += host_ms
+                    r.setdefault("pipelined", []).append(pipelined_ms(r["step"], args.iters))
                 else:
                     t0 = time.perf_counter()
                     r["step"]()
@@ -278,15 +312,18 @@ def main():
                 "steps_timed": len(r["times"]),
                 "vs_bf16": round(base_ms / ms, 3) if base_ms else None,
                 "vs_torchao_fp8": round(ao_ms / ms, 3) if ao_ms else None,
+                "host_ms": round(statistics.median(r["host"]), 3) if r["host"] else None,
+                "pipelined_ms": round(statistics.median(r["pipelined"]), 3) if r.get("pipelined") else None,
                 "peak_step_gib": round(r["peak"], 3) if r["peak"] is not None else None,
+                "host_top": r["htop"],
                 "split_ms": r["split"], "top_kernels": r["top"], "setup_s": r["setup_s"], "note": r["note"]})
         save()
         del runs
         if cuda:
             torch.cuda.empty_cache()
 
-    print(f"\n{'shape':<11} {'variant':<12} {'ms':>8} {'x bf16':>7} {'x ao':>6} {'peak GiB':>8}  split ms "
-          f"(gemm/quant/swiglu/disp+comb/other)")
+    print(f"\n{'shape':<11} {'variant':<12} {'ms':>8} {'x bf16':>7} {'x ao':>6} {'host':>6} {'piped':>6} "
+          f"{'peak GiB':>8}  split ms (gemm/quant/swiglu/disp+comb/other)")
     for r in report["results"]:
         if "error" in r:
             print(f"{r['shape']:<11} {r.get('variant', '-'):<12} ERROR {r['error'][:80]}")
@@ -294,7 +331,11 @@ def main():
         s = r["split_ms"]
         split = "/".join(f"{s.get(c, 0):.2f}" for c in ("gemm", "quant", "swiglu", "dispatch_combine", "other"))
         print(f"{r['shape']:<11} {r['variant']:<12} {r['ms']:>8.3f} {r['vs_bf16'] or 0:>7.3f} "
-              f"{r['vs_torchao_fp8'] or 0:>6.3f} {r['peak_step_gib'] or 0:>8.3f}  {split}")
+              f"{r['vs_torchao_fp8'] or 0:>6.3f} {r['host_ms'] or 0:>6.2f} {r['pipelined_ms'] or 0:>6.2f} "
+              f"{r['peak_step_gib'] or 0:>8.3f}  {split}")
+    for r in report["results"]:
+        for h in r.get("host_top") or []:
+            print(f"  host {r['shape']} {r['variant']}: {h['self_cpu_ms']:7.3f} ms  x{h['calls_per_step']:<5} {h['op']}")
     print(f"\nwrote {path}")
 
 
