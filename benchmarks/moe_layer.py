@@ -149,6 +149,24 @@ def pipelined_ms(step, iters):
     return (time.perf_counter() - t0) * 1e3 / iters
 
 
+def python_top(step, steps, n):
+    """The n Python functions with the most own time per step (cProfile; autograd's backward runs on the
+    calling thread meanwhile, so the custom ops' Python that backward calls is seen too)."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    with torch.autograd.set_multithreading_enabled(False):
+        prof.enable()
+        for _ in range(steps):
+            step()
+        prof.disable()
+        torch.cuda.synchronize()
+    st = pstats.Stats(prof).stats
+    rows = sorted(st.items(), key=lambda kv: -kv[1][2])[:n]
+    return [{"fn": f"{os.path.basename(k[0])}:{k[1]}({k[2]})"[:90], "calls_per_step": round(v[1] / steps, 1),
+             "own_ms": round(v[2] * 1e3 / steps, 3), "cum_ms": round(v[3] * 1e3 / steps, 3)} for k, v in rows]
+
+
 def host_top(step, steps, n):
     """The n host-side ops with the most self CPU time per step (torch.profiler, CPU activity): where a
     host-bound step spends its launch time."""
@@ -201,9 +219,13 @@ def main():
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prof-steps", type=int, default=2)
+    ap.add_argument("--py-top", type=int, default=0,
+                    help="also list the N Python functions with the most own time per step (cProfile)")
     ap.add_argument("--host-top", type=int, default=0,
                     help="also list the N host ops with the most self CPU time per step (CPU profiler)")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--compile-mode", default=None,
+                    help="torch.compile mode (e.g. reduce-overhead: CUDA graphs, the bound on removing launch cost)")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, emulated float8, no torchao")
     ap.add_argument("--deadline-s", type=float, default=0,
                     help="stop building variants / timing rounds once this many seconds have passed (0: never)")
@@ -257,7 +279,7 @@ def main():
                 continue
             try:
                 moe = build_variant(base, name, emulate=not cuda)
-                fwd = moe if args.no_compile else torch.compile(moe)
+                fwd = moe if args.no_compile else torch.compile(moe, mode=args.compile_mode)
                 xi = x.clone().requires_grad_()
 
                 def step(moe=moe, fwd=fwd, xi=xi):
@@ -280,6 +302,7 @@ def main():
                     peak = (torch.cuda.max_memory_allocated() - mem_before) / 2**30
                     split, top = kernel_split(step, args.prof_steps)
                     htop = host_top(step, args.prof_steps, args.host_top) if args.host_top else []
+                    htop += python_top(step, args.prof_steps, args.py_top) if args.py_top else []
                 else:
                     peak, split, top, htop = None, {}, [], []
                 runs[name] = dict(step=step, times=[], host=[], peak=peak, split=split, top=top, htop=htop,
@@ -335,7 +358,8 @@ def main():
               f"{r['peak_step_gib'] or 0:>8.3f}  {split}")
     for r in report["results"]:
         for h in r.get("host_top") or []:
-            print(f"  host {r['shape']} {r['variant']}: {h['self_cpu_ms']:7.3f} ms  x{h['calls_per_step']:<5} {h['op']}")
+            ms, what = (h["self_cpu_ms"], h["op"]) if "op" in h else (h["own_ms"], f"py {h['fn']} cum {h['cum_ms']}")
+            print(f"  host {r['shape']} {r['variant']}: {ms:7.3f} ms  x{h['calls_per_step']:<5} {what}")
     print(f"\nwrote {path}")
 
 

@@ -21,9 +21,10 @@ and two ways to quantize it:
                     program per SM, 11-25% of copy on H100).
   MODE 3 under fp8_rowwise takes a column of [0, H) per program column and produces dh1 AND dh3 from one
   sigmoid and one read of da / h1 / h3 (the mx kernel computes both halves per output column).
-The quantization arithmetic is kernels/mxfp8/triton.py's (_encode, _exponent_from_amax_bits, ...) and
-kernels/float8_cast's amax_to_scale (fp8_rowwise scales, from the amax the first pass finds); nothing is
-re-derived here.
+The quantization arithmetic is kernels/mxfp8/triton.py's (_encode, _exponent_from_amax_bits, ...); the
+fp8_rowwise scales follow kernels/float8_cast's amax_to_scale, computed in pass 2 from the amax bits pass 1
+found by the integer form _pow2_scale (tested against amax_to_scale on every binade): eager scale ops between
+the passes cost ~15 kernel launches of host time per call, which left the layer host-bound at llama_moe.
 
 Floating-point order: products and sums that the reference rounds one at a time (combine's weighted sum, the
 weighting of dy, SwiGLU) are inline PTX mul.rn / add.rn / rcp.rn.f32 when compiled: the explicit rounding mode
@@ -344,18 +345,31 @@ def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot
 
 
 @triton.jit
-def _f8_quant_store(v, rows, rmask, ocols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E,
+def _pow2_scale(amax_bits):
+    """kernels.float8_cast's amax_to_scale(amax, E4M3, round_to_pow2=True) from the int32 bits of amax (sign
+    cleared, NaN as inf), in integers: 448 / a = 2^(6-E) * 7/m for a = m * 2^E, so the scale floored to a power
+    of two is 2^(8-E), or 2^(7-E) where m > 1.75 (mantissa bits > 0x600000): 2^-e with e the MX exponent of
+    kernels.mxfp8 (_exponent_from_amax_bits). amax below EPS = 1e-12 (zeros, subnormals) gives 448 / EPS floored,
+    2^48, which caps the power; a non-finite amax gives NaN. tests/cpu/test_moe_kernels.py checks it against
+    amax_to_scale on every binade and the edges."""
+    e = (amax_bits >> 23) - 135 + ((amax_bits & 0x7FFFFF) > 0x600000).to(tl.int32)
+    k = tl.minimum(-e, 48)
+    return tl.where(amax_bits >= 0x7F800000, float("nan"), ((k + 127) << 23).to(tl.float32, bitcast=True))
+
+
+@triton.jit
+def _f8_quant_store(v, rows, rmask, ocols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E,
                     HW_CAST: tl.constexpr):
-    """q[rows, ocols] = v with its row scales rs; qc[ocols, rows] = v with scale[group(row), ocol] (zero bytes for
-    rows past offs[-1]). The first group's scales are one [BD] vector; rows of further groups in the tile (rare)
-    are re-encoded with theirs. (A store masked per group would lose the 16-byte stores.)"""
+    """q[rows, ocols] = v with its row scales rs; qc[ocols, rows] = v with the scale of gamax[group(row), ocol]
+    (zero bytes for rows past offs[-1]). The first group's scales are one [BD] vector; rows of further groups in
+    the tile (rare) are re-encoded with theirs. (A store masked per group would lose the 16-byte stores.)"""
     code = _encode(v * rs[:, None], (rs != rs)[:, None], HW_CAST)
     tl.store(q_ptr + rows[:, None] * C + ocols[None, :], code, mask=rmask[:, None] & cmask[None, :])
     ga = tl.minimum(g0, E - 1)
-    sc = tl.load(scale_ptr + ga * C + ocols, mask=cmask, other=0.0)
+    sc = _pow2_scale(tl.load(gamax_ptr + ga * C + ocols, mask=cmask, other=0))
     ct = _encode(v * sc[None, :], (sc != sc)[None, :], HW_CAST)
     for gg in range(ga + 1, tl.minimum(g1, E - 1) + 1):
-        sg = tl.load(scale_ptr + gg * C + ocols, mask=cmask, other=0.0)
+        sg = _pow2_scale(tl.load(gamax_ptr + gg * C + ocols, mask=cmask, other=0))
         ct = tl.where((g == gg)[:, None], _encode(v * sg[None, :], (sg != sg)[None, :], HW_CAST), ct)
     ct = tl.where((g < E)[:, None], ct, 0).to(tl.uint8)
     tl.store(qc_ptr + ocols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(ct),
@@ -363,23 +377,33 @@ def _f8_quant_store(v, rows, rmask, ocols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, 
 
 
 @triton.jit
-def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, scale_ptr, offs_ptr, N, P,
-                     C, H, E, MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
-                     E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
-    # fp8_rowwise pass 2: q [P, C] with the row scales s [P] and
-    # qc [C, P] with scale[group(r), c] (scale fp32 [E, C]; zero bytes for rows past offs[-1]). MODE 3: a tile of
-    # BD columns of [0, H) writes dh1's columns and dh3's (+H) from one sigmoid.
+def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, scale_ptr, ramax_ptr, gamax_ptr,
+                     offs_ptr, N, P, C, H, E, MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
+                     BD: tl.constexpr, E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+    # fp8_rowwise pass 2: q [P, C] with the row scales s [P] and qc [C, P] with scale[group(r), c] (scale fp32
+    # [E, C]; zero bytes for rows past offs[-1]), every scale made here from pass 1's amax bits (_pow2_scale; the
+    # first column strip writes s, the first row tile writes scale: no eager scale ops between the passes).
+    # MODE 3: a tile of BD columns of [0, H) writes dh1's columns and dh3's (+H) from one sigmoid.
     HALVES: tl.constexpr = MODE == 3
     pid_m, pid_d, rows, cols, rmask, cmask, v, v2, _ = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H,
                                                                      H if HALVES else C, MODE, K, BM, BD, False,
                                                                      IS_BF16, HALVES)
-    rs = tl.load(s_ptr + rows, mask=rmask, other=1.0)
+    rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0))
+    if pid_d == 0:
+        tl.store(s_ptr + rows, rs, mask=rmask)
+    if pid_m == 0:
+        for gg in range(0, E):
+            tl.store(scale_ptr + gg * C + cols, _pow2_scale(tl.load(gamax_ptr + gg * C + cols, mask=cmask)),
+                     mask=cmask)
+            if HALVES:
+                tl.store(scale_ptr + gg * C + H + cols,
+                         _pow2_scale(tl.load(gamax_ptr + gg * C + H + cols, mask=cmask)), mask=cmask)
     g = _group_of(_group_ends(offs_ptr, E, E_PAD), rows)
     g0 = tl.min(tl.where(rmask, g, E), 0)
     g1 = tl.max(tl.where(rmask, g, 0), 0)
-    _f8_quant_store(v, rows, rmask, cols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E, HW_CAST)
+    _f8_quant_store(v, rows, rmask, cols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E, HW_CAST)
     if HALVES:
-        _f8_quant_store(v2, rows, rmask, cols + H, cmask, g, g0, g1, rs, q_ptr, qc_ptr, scale_ptr, P, C, E, HW_CAST)
+        _f8_quant_store(v2, rows, rmask, cols + H, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E, HW_CAST)
 
 
 @triton.jit
@@ -480,8 +504,8 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     E = offs.shape[0]
     q = torch.empty((P, C), dtype=u8, device=dev)
     qt = torch.empty((C, P), dtype=u8, device=dev)
-    ramax = torch.zeros((P,), dtype=torch.int32, device=dev)
-    gamax = torch.zeros((E + 1, C), dtype=torch.int32, device=dev)
+    amax = torch.zeros((P + (E + 1) * C,), dtype=torch.int32, device=dev)  # one memset for both
+    ramax, gamax = amax[:P], amax[P:].view(E + 1, C)
     am, ad, sub, aw = _F8_AMAX_INTERP if _INTERPRET else F8_AMAX_CONFIGS[mode]
     qm, qd, qw = _F8_QUANT_INTERP if _INTERPRET else F8_QUANT_CONFIGS[mode]
     walked = C // 2 if mode == 3 else C  # MODE 3: one program column covers dh1's and dh3's
@@ -493,13 +517,15 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
             *args, ramax, gamax, dots if want_dot else gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=am, BD=ad,
             SUB=sub,
             E_PAD=e_pad, IS_BF16=is_bf16, num_warps=aw)
-    # the scales from the amax bits by kernels.float8_cast's rule (tiny: [P] and [E, C])
-    s = amax_to_scale(ramax.view(f32), E4M3, round_to_pow2=True)  # [P]
-    scale = amax_to_scale(gamax[:E].view(f32), E4M3, round_to_pow2=True)  # [E, C]
-    if P and C:
-        _f8_quant_kernel[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
-            *args, q, s, qt, scale, offs, N, P, C, H, E, MODE=mode, K=K, BM=qm, BD=qd, E_PAD=e_pad,
-            HW_CAST=hw, IS_BF16=is_bf16, num_warps=qw)
+    if not (P and C):  # nothing to quantize: the scales of empty rows / groups by kernels.float8_cast's rule
+        s = amax_to_scale(ramax.view(f32), E4M3, round_to_pow2=True)  # [P]
+        return q.view(f8), s, qt.view(f8), amax_to_scale(gamax[:E].view(f32), E4M3, round_to_pow2=True), dots
+    # pass 2 makes the scales (the same rule, from the amax bits) as it writes both copies
+    s = torch.empty((P,), dtype=f32, device=dev)
+    scale = torch.empty((E, C), dtype=f32, device=dev)
+    _f8_quant_kernel[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
+        *args, q, s, qt, scale, ramax, gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=qm, BD=qd, E_PAD=e_pad,
+        HW_CAST=hw, IS_BF16=is_bf16, num_warps=qw)
     return q.view(f8), s, qt.view(f8), scale, dots
 
 

@@ -7,9 +7,12 @@ import math
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 import kernels.moe as km
 from kernels.moe import reference as ref
+from kernels.moe.triton import _pow2_scale
 from kernels.mxfp8 import from_mxfp8
 from titan_fp8.models.moe import dispatch_plan
 
@@ -390,3 +393,34 @@ def test_mx_swiglu_backward_both_halves_layouts(block, monkeypatch):
         got = km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", block, backend="triton")
         for i in range(4):
             same(got[i], want[i], f"halves={halves} out {i}")
+
+
+def test_pow2_scale_equals_amax_to_scale_on_every_binade():
+    """The fp8_rowwise pass 2 makes its scales in-kernel from the amax bits (kernels.moe.triton._pow2_scale, an
+    integer form): bit for bit kernels.float8_cast's amax_to_scale(round_to_pow2=True) on every fp32 binade
+    (mantissas around the 1.75 boundary where the power drops), zero, subnormals, values around EPS, the largest
+    finite value, inf and NaN (given as inf bits, as pass 1 stores them)."""
+    from kernels.float8_cast.reference import amax_to_scale
+
+    mant = torch.tensor([0, 1, 0x2AAAAA, 0x5FFFFF, 0x600000, 0x600001, 0x600002, 0x7FFFFE, 0x7FFFFF],
+                        dtype=torch.int64)
+    exps = torch.arange(0, 255, dtype=torch.int64)  # biased exponent 0 (zero / subnormals) .. 254 (max finite)
+    bits = ((exps[:, None] << 23) | mant[None, :]).reshape(-1)
+    eps_bits = torch.tensor([1e-12, 9.9999e-13, 1.00001e-12], dtype=torch.float32).view(torch.int32).to(torch.int64)
+    rnd = torch.randint(0, 0x7F800000, (4096,), generator=torch.Generator().manual_seed(7))
+    bits = torch.cat([bits, eps_bits, rnd, torch.tensor([0x7F800000])]).to(torch.int32)  # + inf (NaN's stand-in)
+    got = torch.empty(bits.shape, dtype=torch.float32)
+    _pow2_scale_kernel[(triton.cdiv(bits.numel(), 256),)](bits, got, bits.numel(), BLOCK=256)
+    want = amax_to_scale(bits.view(torch.float32), torch.float8_e4m3fn, round_to_pow2=True)
+    assert torch.equal(got.isnan(), want.isnan())
+    bad = got.nan_to_num(1.0).view(torch.int32) != want.nan_to_num(1.0).view(torch.int32)
+    assert not bool(bad.any()), (f"{int(bad.sum())} scales differ, e.g. amax bits {hex(int(bits[bad][0]))}: "
+                                 f"{got[bad][0].item()} vs {want[bad][0].item()}")
+
+
+
+@triton.jit
+def _pow2_scale_kernel(a_ptr, s_ptr, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(s_ptr + i, _pow2_scale(tl.load(a_ptr + i, mask=m, other=0)), mask=m)
