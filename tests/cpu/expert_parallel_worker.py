@@ -1,20 +1,30 @@
 """gloo worker for tests/cpu/test_expert_parallel.py: expert parallelism on the debug model (fp32, CPU).
 
-    python expert_parallel_worker.py OUT_DIR WORLD SCENARIO [--key=value ...]
+    python expert_parallel_worker.py OUT_DIR WORLD CASES_JSON
+
+CASES_JSON names a JSON list of cases, run in order by the same process group (one launch: the 2-core CI pays
+torch's import and gloo's start once, not once per case). A case is {"name", "scenario", "args", and optionally
+"force_route", "save_dcp"}; each saves OUT_DIR/NAME/rank{r}.pt before the next starts, so a crash in one case
+leaves the earlier cases' results and the traceback names the case.
 
 SCENARIO "train": builds the model as launch/train.py does (build_model -> build_mesh -> parallelize ->
 build_optimizer) with the given config overrides, trains 3 steps on fixed batches (every rank its own rows of one
 global batch), and saves per rank: losses (averaged over ranks), grad norms, the full parameters after the steps,
-and every all_to_all_single call (bytes, dtype, shape) seen at the collective. With TITAN_EP_FORCE_ROUTE=A every
-token is routed to experts [0, A) only (A = E/ep: EP rank 0's experts; the others get no rows). With
-TITAN_EP_SAVE_DCP=1 rank 0's model state dict is also saved with DCP (resharding test).
-SCENARIO "dispatch": float8 dispatch of hand-made rows (zeros, subnormals, huge values, uneven splits incl. 0)
-against a bf16 all_to_all followed by quantization on the receiver: saves both for a bit-for-bit comparison.
+and every all_to_all_single call (bytes, dtype, shape) seen at the collective during the case. With
+"force_route": A every token is routed to experts [0, A) only (A = E/ep: EP rank 0's experts; the others get no
+rows). With "save_dcp": true rank 0's model state dict is also saved with DCP to OUT_DIR/NAME/dcp (resharding
+test). build_model seeds torch from the config, so a case does not depend on the cases before it.
+SCENARIO "dispatch" (args: RECIPE [GRANULARITY]): float8 dispatch of hand-made rows (zeros, subnormals, huge
+values, uneven splits incl. 0) against a bf16 all_to_all followed by quantization on the receiver: saves both for
+a bit-for-bit comparison.
 """
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import sys
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -44,7 +54,11 @@ def _record_all_to_all():
     dist.all_to_all_single = recording
 
 
-def _force_route(allowed: int):
+@contextlib.contextmanager
+def _force_route(allowed: int | None):
+    if allowed is None:
+        yield
+        return
     from titan_fp8.models import moe as moe_mod
 
     real = moe_mod.Router.forward
@@ -54,17 +68,19 @@ def _force_route(allowed: int):
         return weights, experts % allowed, scores  # only experts [0, allowed)
 
     moe_mod.Router.forward = forward
+    try:
+        yield
+    finally:  # the next case routes normally
+        moe_mod.Router.forward = real
 
 
-def train(rank, world, out_dir, overrides):
+def train(rank, world, out_dir, overrides, save_dcp=False):
     from titan_fp8.config import load_config
     from titan_fp8.parallel import build_mesh, parallelize
     from titan_fp8.train.optim import build_optimizer, grad_norm_and_clip
     from titan_fp8.train.trainer import build_model
 
     cfg = load_config(DEBUG_TOML, [*SMALL, *overrides], world_size=world)
-    if os.environ.get("TITAN_EP_FORCE_ROUTE"):
-        _force_route(int(os.environ["TITAN_EP_FORCE_ROUTE"]))
     device = torch.device("cpu")
     mesh = build_mesh(cfg, "cpu", world)
     model, _ = build_model(cfg, device, lambda *a, **k: None)
@@ -88,7 +104,7 @@ def train(rank, world, out_dir, overrides):
         losses.append(float(avg) / world)
     full = {n: (p.full_tensor() if hasattr(p, "full_tensor") else p).detach().clone()
             for n, p in model.named_parameters()}
-    if os.environ.get("TITAN_EP_SAVE_DCP") == "1":
+    if save_dcp:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
@@ -122,18 +138,31 @@ def dispatch(rank, world, recipe, granularity):
 
 
 def main():
-    out_dir, world, scenario, *overrides = sys.argv[1:]
+    out_dir, world, cases_json = sys.argv[1:]
     world = int(world)
+    with open(cases_json) as f:
+        cases = json.load(f)
     dist.init_process_group("gloo")
     rank = dist.get_rank()
     _record_all_to_all()
-    if scenario == "train":
-        result = train(rank, world, out_dir, overrides)
-    else:
-        recipe, granularity = overrides[0], (overrides[1] if len(overrides) > 1 else None)
-        result = dispatch(rank, world, recipe, granularity)
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.barrier()
+    for case in cases:
+        case_dir = os.path.join(out_dir, case["name"])
+        os.makedirs(case_dir, exist_ok=True)
+        A2A_CALLS.clear()  # every case sees only its own collectives
+        try:
+            with _force_route(case.get("force_route")):
+                if case["scenario"] == "train":
+                    result = train(rank, world, case_dir, case["args"], case.get("save_dcp", False))
+                else:
+                    recipe, granularity = case["args"][0], (case["args"][1] if len(case["args"]) > 1 else None)
+                    result = dispatch(rank, world, recipe, granularity)
+        except BaseException:
+            # the test of this case shows this file; the other ranks are torn down by torchrun
+            with open(os.path.join(case_dir, f"rank{rank}.error"), "w") as f:
+                f.write(traceback.format_exc())
+            raise
+        torch.save(result, os.path.join(case_dir, f"rank{rank}.pt"))
+        dist.barrier()
     dist.destroy_process_group()
 
 

@@ -1,5 +1,6 @@
 """Expert parallelism ([parallelism] expert_parallel_degree) and float8 dispatch ([float8] dispatch_dtype), on CPU
-over gloo (tests/cpu/expert_parallel_worker.py; the debug model in fp32, float8 emulated).
+over gloo (tests/cpu/expert_parallel_worker.py; the debug model in fp32, float8 emulated). The worker cases run in
+two launches (every 2-process case, then every 4-process case: module fixtures); each test asserts on its cases.
 
 - EP=2 matches EP=1 (FSDP only) step for step on 2 processes: losses, grad norms (clipping active: the norm sees
   every parameter once) and every updated parameter after 3 steps, rel. diff < 1e-5.
@@ -13,6 +14,7 @@ over gloo (tests/cpu/expert_parallel_worker.py; the debug model in fp32, float8 
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,14 +33,65 @@ F8_MX32_PLAIN = ["--float8.enable", "--float8.emulate", "--float8.recipe_name=te
                  "--float8.moe_recipe_name=mxfp8", "--float8.moe_granularity=mx32_plain"]
 
 
-def run_worker(out_dir, world: int, *args, env=None) -> list[dict]:
+def run_worker(out_dir, world: int, cases: list[dict]) -> tuple:
+    """One launch of `world` gloo workers that run every case in order (see expert_parallel_worker.py).
+    Returns (process, out_dir); `case_result` reads one case's per-rank results."""
     os.makedirs(out_dir, exist_ok=True)
+    names = [c["name"] for c in cases]
+    assert len(set(names)) == len(names), names
+    cases_json = os.path.join(out_dir, "cases.json")
+    with open(cases_json, "w") as f:
+        json.dump(cases, f)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world}", WORKER,
-           str(out_dir), str(world), *args]
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT, **(env or {})))
-    assert proc.returncode == 0, explain(proc)
-    return [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False) for r in range(world)]
+           str(out_dir), str(world), cases_json]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=ROOT))
+    return proc, str(out_dir), world
+
+
+def case_result(launch, name: str) -> list[dict]:
+    """Every rank's result of case `name`; fails with the case's traceback (or the launch's output) if the
+    case did not finish."""
+    proc, out_dir, world = launch
+    files = [os.path.join(out_dir, name, f"rank{r}.pt") for r in range(world)]
+    if not all(os.path.exists(f) for f in files):
+        errors = [os.path.join(out_dir, name, f"rank{r}.error") for r in range(world)]
+        tb = "".join(open(e).read() for e in errors if os.path.exists(e))
+        raise AssertionError(f"case {name!r} did not finish\n{tb}\n{explain(proc)}")
+    return [torch.load(f, weights_only=False) for f in files]
+
+
+def train_case(name: str, *args: str, **extra) -> dict:
+    return {"name": name, "scenario": "train", "args": list(args), **extra}
+
+
+EP1 = ["--parallelism.expert_parallel_degree=1"]
+FORCE = {"force_route": 2}  # experts 0 and 1 of 4: EP rank 0's
+DISPATCH_RECIPES = {"fp8_rowwise": ["fp8_rowwise"], "mx32": ["mxfp8", "mx32"], "mx128": ["mxfp8", "mx128"],
+                    "mx32_plain": ["mxfp8", "mx32_plain"]}
+F8_TRAIN = {"fp8_rowwise": F8_ROWWISE, "mxfp8_mx32_plain": F8_MX32_PLAIN}
+HSDP = {"fsdp4_ep2": [], "hsdp2x2_ep2": ["--parallelism.data_parallel_replicate_degree=2"]}
+
+
+@pytest.fixture(scope="module")
+def two_procs(tmp_path_factory):
+    """Every 2-process case of this file, in one launch (each launch costs ~10-20 s of imports on the CI)."""
+    cases = [{"name": f"dispatch_{k}", "scenario": "dispatch", "args": v} for k, v in DISPATCH_RECIPES.items()]
+    cases += [train_case("ep1", *EP1), train_case("ep2", *EP2, save_dcp=True),
+              train_case("forced_ep1", *EP1, **FORCE), train_case("forced_ep2", *EP2, **FORCE)]
+    for k, f8 in F8_TRAIN.items():
+        cases += [train_case(f"{k}_bf16_dispatch", *EP2, *f8),
+                  train_case(f"{k}_float8_dispatch", *EP2, *f8, "--float8.dispatch_dtype=float8")]
+    return run_worker(tmp_path_factory.mktemp("ep_two"), 2, cases)
+
+
+@pytest.fixture(scope="module")
+def four_procs(tmp_path_factory):
+    """Every 4-process case of this file, in one launch."""
+    cases = []
+    for k, extra in HSDP.items():
+        cases += [train_case(f"{k}_ref_ep1", *EP1, *extra), train_case(k, *EP2, *extra)]
+    return run_worker(tmp_path_factory.mktemp("ep_four"), 4, cases)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -56,13 +109,9 @@ def assert_same_training(ref: dict, got: dict, tol: float = 1e-5) -> None:
         assert rel(a, b) < tol, f"{name}: rel {rel(a, b):.2e}"
 
 
-@pytest.fixture(scope="module")
-def ep1_two(tmp_path_factory):
-    return run_worker(tmp_path_factory.mktemp("ep1"), 2, "train", "--parallelism.expert_parallel_degree=1")[0]
-
-
-def test_ep2_matches_ep1_step_for_step(tmp_path, ep1_two):
-    got = run_worker(tmp_path, 2, "train", *EP2, env={"TITAN_EP_SAVE_DCP": "1"})
+def test_ep2_matches_ep1_step_for_step(two_procs):
+    ep1_two = case_result(two_procs, "ep1")[0]
+    got = case_result(two_procs, "ep2")
     assert got[0]["mesh"] == ((1, 2), ("dp_shard_mod_ep", "ep"))
     assert max(ep1_two["norms"]) > 0.5  # max_norm = 0.5: clipping acted on every step
     assert_same_training(ep1_two, got[0])
@@ -81,16 +130,15 @@ def test_ep2_matches_ep1_step_for_step(tmp_path, ep1_two):
     model, _ = build_model(cfg, torch.device("cpu"), lambda *a, **k: None)
     state = model.state_dict()
     assert state["layers.1.moe.experts.w13"].shape[0] == 4  # all experts
-    dcp.load(state, checkpoint_id=str(tmp_path / "dcp"))
+    dcp.load(state, checkpoint_id=os.path.join(two_procs[1], "ep2", "dcp"))
     model.load_state_dict(state)
     for name, p in model.named_parameters():
         assert torch.equal(p.detach(), got[0]["params"][name]), name
 
 
-def test_all_tokens_to_one_rank_and_empty_experts(tmp_path):
-    env = {"TITAN_EP_FORCE_ROUTE": "2"}  # experts 0 and 1 of 4: EP rank 0's
-    ref = run_worker(tmp_path / "ep1", 2, "train", "--parallelism.expert_parallel_degree=1", env=env)[0]
-    got = run_worker(tmp_path / "ep2", 2, "train", *EP2, env=env)
+def test_all_tokens_to_one_rank_and_empty_experts(two_procs):
+    ref = case_result(two_procs, "forced_ep1")[0]
+    got = case_result(two_procs, "forced_ep2")
     assert_same_training(ref, got[0])
     # rank 1's experts got nothing: what it sends from its experts (forward combine, backward dispatch gradient)
     # is empty, half of its row all-to-alls
@@ -98,19 +146,17 @@ def test_all_tokens_to_one_rank_and_empty_experts(tmp_path):
     assert len(rows) == 4 * 2 * 3 and rows.count(0) == len(rows) // 2, rows
 
 
-@pytest.mark.parametrize("extra", [[], ["--parallelism.data_parallel_replicate_degree=2"]],
-                         ids=["fsdp4_ep2", "hsdp2x2_ep2"])
-def test_four_processes_ep2_matches_ep1(tmp_path, extra):
-    ref = run_worker(tmp_path / "ep1", 4, "train", "--parallelism.expert_parallel_degree=1", *extra)[0]
-    got = run_worker(tmp_path / "ep2", 4, "train", *EP2, *extra)[0]
+@pytest.mark.parametrize("layout", list(HSDP))
+def test_four_processes_ep2_matches_ep1(four_procs, layout):
+    ref = case_result(four_procs, f"{layout}_ref_ep1")[0]
+    got = case_result(four_procs, layout)[0]
     assert got["mesh"][1][-2:] == ("dp_shard_mod_ep", "ep")
     assert_same_training(ref, got)
 
 
-@pytest.mark.parametrize("recipe", [["fp8_rowwise"], ["mxfp8", "mx32"], ["mxfp8", "mx128"],
-                                    ["mxfp8", "mx32_plain"]])
-def test_float8_dispatch_equals_quantize_after_bf16_dispatch(tmp_path, recipe):
-    for rank, r in enumerate(run_worker(tmp_path, 2, "dispatch", *recipe)):
+@pytest.mark.parametrize("recipe", list(DISPATCH_RECIPES))
+def test_float8_dispatch_equals_quantize_after_bf16_dispatch(two_procs, recipe):
+    for rank, r in enumerate(case_result(two_procs, f"dispatch_{recipe}")):
         for want, got in zip(r["want"], r["got"]):
             assert want.dtype == got.dtype and torch.equal(want, got), (rank, recipe)
         # one all_to_all_single of bytes, <= 55% of the bf16 bytes of the same rows
@@ -120,10 +166,10 @@ def test_float8_dispatch_equals_quantize_after_bf16_dispatch(tmp_path, recipe):
         assert torch.equal(r["x_recv"].isfinite(), r["plain"].isfinite())
 
 
-@pytest.mark.parametrize("f8", [F8_ROWWISE, F8_MX32_PLAIN], ids=["fp8_rowwise", "mxfp8_mx32_plain"])
-def test_float8_dispatch_trains_with_half_the_bytes(tmp_path, f8):
-    bf16 = run_worker(tmp_path / "bf16", 2, "train", *EP2, *f8)
-    fp8 = run_worker(tmp_path / "fp8", 2, "train", *EP2, *f8, "--float8.dispatch_dtype=float8")
+@pytest.mark.parametrize("f8", list(F8_TRAIN))
+def test_float8_dispatch_trains_with_half_the_bytes(two_procs, f8):
+    bf16 = case_result(two_procs, f"{f8}_bf16_dispatch")
+    fp8 = case_result(two_procs, f"{f8}_float8_dispatch")
     for rank in range(2):
         # per layer and step: counts, dispatch (uint8 in the float8 run), combine, and in backward the two
         # reverse all-to-alls of the gradients (activation dtype)
