@@ -80,14 +80,18 @@ def test_integer_rounding_path_compiled():
 
 
 def test_compiled_equals_eager():
+    """torch.compile of every op, both recipes, equals eager byte for byte."""
     plan, x, y, dout, h13, da, w = inputs("llama_moe", 32)
 
     def path(x, y, dout, h13, da):
-        return (*km.dispatch_quantize(x, plan.src, plan.offs, "mxfp8", 32),
-                km.combine(y, plan.pos, w),
-                *km.combine_backward(dout, y, plan.pos, w, plan.src, plan.offs, "fp8_rowwise", 32),
-                *km.swiglu_quantize(h13, plan.offs, "mxfp8", 128),
-                *km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", 32))
+        outs = [km.combine(y, plan.pos, w)]
+        for recipe, block in (("mxfp8", 32), ("fp8_rowwise", 32)):
+            outs += [*km.dispatch_quantize(x, plan.src, plan.offs, recipe, block),
+                     *km.combine_backward(dout, y, plan.pos, w, plan.src, plan.offs, recipe, block),
+                     *km.swiglu_quantize(h13, plan.offs, recipe, block),
+                     *km.swiglu_quantize_backward(da, h13, plan.offs, recipe, block)]
+        outs += [*km.swiglu_quantize(h13, plan.offs, "mxfp8", 128, col_tile=128)]
+        return outs
 
     eager = path(x, y, dout, h13, da)
     compiled = torch.compile(path, fullgraph=True)(x, y, dout, h13, da)
