@@ -8,8 +8,11 @@ GEMM operands per recipe (x [M, K] tokens, w [N, K], g = dL/dy [M, N]):
               the column amax the backward's transposed column casts use).
   blockwise   e4m3; x and g 1x128 along the contracted dim, w 128x128 tiles (one quantization serves forward
               and grad-input). GPU: torch.nn.functional.scaled_mm BlockWise1x128 / BlockWise128x128.
-  mxfp8       e4m3 + E8M0 per 32 along the contracted dim (kernels.mxfp8); w one scale per 32x32 tile.
-              Hopper has no MXFP8 MMA: the operands are dequantized to bf16 and multiplied by cuBLAS.
+  mxfp8       linear_granularity "mx32" (default): e4m3 + E8M0 per 32 along the contracted dim (kernels.mxfp8); w
+              one scale per 32x32 tile. Hopper has no MXFP8 MMA: the operands are dequantized to bf16 for cuBLAS.
+              "mx128": the same numbers (e4m3, power-of-two scales) shared over blockwise's blocks and tiles;
+              GEMMs on cuBLAS blockwise like blockwise's (one autograd function, _BlockwiseMM(pow2=True)),
+              operands from one-read Triton quantizers (kernels.grouped_gemm.quant_triton).
 With emulate=True every recipe quantizes exactly as on the GPU and multiplies dequantized operands in fp32.
 """
 from __future__ import annotations
@@ -281,30 +284,114 @@ def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtyp
     return blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile).to(out_dtype)
 
 
+def _e8m0_to_scale(b: torch.Tensor) -> torch.Tensor:
+    """E8M0 bytes (uint8, exponent e + 127) -> our fp32 scale convention (data = x * scale): 2^-e exactly
+    (2^-127 as the fp32 subnormal), NaN for the E8M0 NaN byte 0xFF."""
+    from kernels.mxfp8.reference import E8M0_NAN, pow2_fp32
+    s = pow2_fp32(127 - b.to(torch.int32))
+    return torch.where(b == E8M0_NAN, torch.full_like(s, float("nan")), s)
+
+
+def _mx128_uses_triton(t: torch.Tensor, emulate: bool) -> bool:
+    """mx128 quantization: the one-read Triton quantizer (kernels.grouped_gemm.quant_triton) on CUDA, the
+    bit-identical plain PyTorch one (kernels.grouped_gemm.quant) elsewhere and when emulating (so the GPU
+    test's emulated twin also checks the Triton quantizer). A function so CPU tests can force the Triton path
+    under TRITON_INTERPRET=1."""
+    return t.is_cuda and not emulate
+
+
+def _quantize_mx128(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool):
+    """t [R, C] -> (row copy, col copy), each (data e4m3, fp32 scale) or None where not asked for; MXFP8
+    numbers with power-of-two scales shared over
+      tile=False: 1x128 blocks. row: data [R, C], scale [R, C/128] (blocks along C);
+                  col: data [C, R] (t^T), scale [C, R/128] (blocks along R)
+      tile=True:  128x128 tiles. row: data [R, C], scale [R/128, C/128]; col: data [C, R], scale [C/128, R/128]
+    From ONE read of t on CUDA (Triton writes both copies); no aten transposing copy of t."""
+    T = BLOCK_K if tile else 1
+    if _mx128_uses_triton(t, emulate):
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+        qr, sr, qc, sc = to_mxfp8_blocked_rowcol(t, row_block=BLOCK_K, row_tile=T, col_block=BLOCK_K, col_tile=T,
+                                                 do_row=rows, do_col=cols)
+        # the E8M0 bytes come expanded to one per 1x32 block: read one per 1x128 block (and per tile)
+        row = (qr, _e8m0_to_scale(sr[::T, ::4])) if rows else None
+        col = (qc, _e8m0_to_scale(sc[::T, ::4])) if cols else None
+        return row, col
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    row = col = None
+    if rows or tile:
+        qr, sr = to_mxfp8_blocked(t, -1, BLOCK_K, T)
+        row = (qr, _e8m0_to_scale(sr[::T, ::4]))
+    if cols and tile:  # square tiles: the column copy is the row copy transposed (same tiles, same scales)
+        col = (row[0].t().contiguous(), row[1].t())
+    elif cols:
+        qc, sc = to_mxfp8_blocked(t.t(), -1, BLOCK_K, 1)
+        col = (qc, _e8m0_to_scale(sc[:, ::4]))
+    return (row if rows else None), col
+
+
+def _quantize_blockwise(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool):
+    """The blockwise recipe's operands in _quantize_mx128's layout (fp32 scales 448 / amax, aten ops)."""
+    if tile:
+        q, s = quantize_128x128(t)
+        return (q, s) if rows else None, (q.t(), s.t()) if cols else None
+    return quantize_1x128(t) if rows else None, quantize_1x128(t.t()) if cols else None
+
+
 class _BlockwiseMM(torch.autograd.Function):
+    """y = x @ w.T with 1x128 blocks of x / grad_out along the contracted dim, 128x128 tiles of w (one
+    quantization serves the forward and grad-input GEMMs), 1x128 blocks along tokens for grad-weight; GPU GEMMs
+    on cuBLAS blockwise (blockwise_scaled_mm), emulated ones in fp32. `pow2` picks the numbers:
+      False  recipe "blockwise": fp32 scales 448 / amax (DeepSeek V3), quantized with aten ops
+      True   recipe "mxfp8", linear_granularity "mx128": MXFP8's E8M0 rule (power-of-two scales, NaN/inf blocks
+             NaN), quantized with kernels.grouped_gemm's one-read quantizers; forward keeps x^T (the grad-weight
+             operand, written from the same read as x's forward copy) instead of x, and w^T (grad-input's
+             operand, from the same read as w's forward copy): 1 byte per element each."""
+
     @staticmethod
-    def forward(ctx, x, w, emulate: bool):
+    def forward(ctx, x, w, emulate: bool, pow2: bool = False, grad: bool = True):
+        # grad: the caller's grad mode (forward itself always runs under no_grad, and needs_input_grad ignores
+        # it): evaluation writes no backward copies and takes any number of tokens
         x2 = x.reshape(-1, x.shape[-1])
-        xq, xs = quantize_1x128(x2)
-        wq, ws = quantize_128x128(w)
-        ctx.save_for_backward(x2, wq, ws)
-        ctx.emulate, ctx.w_dtype = emulate, w.dtype
+        need_gx, need_gw = grad and ctx.needs_input_grad[0], grad and ctx.needs_input_grad[1]
+        quant = _quantize_mx128 if pow2 else _quantize_blockwise
+        if pow2 and need_gw:
+            _check_rows(x2.shape[0], BLOCK_K, "mxfp8 mx128")
+        # blockwise keeps x and recasts it in backward (its aten transposing cast); mx128 writes x^T now
+        (xq, xs), xt = quant(x2, False, True, pow2 and need_gw, emulate)
+        (wq, ws), wt = quant(w, True, True, need_gx, emulate)
+        if pow2:
+            ctx.save_for_backward(*(xt or (None, None)), *(wt or (None, None)))
+        else:
+            ctx.save_for_backward(x2, wq, ws)
+        ctx.emulate, ctx.w_dtype, ctx.pow2 = emulate, w.dtype, pow2
         out = _blockwise_gemm(xq, xs, wq, ws, True, emulate, x.dtype)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
     def backward(ctx, g):
-        x2, wq, ws = ctx.saved_tensors
         g2 = g.reshape(-1, g.shape[-1])
-        _check_rows(g2.shape[0], BLOCK_K, "blockwise")
-        gq, gs = quantize_1x128(g2)
-        # grad_input = g @ w: contraction over N; w's 128x128 tiles serve both orientations
-        grad_x = _blockwise_gemm(gq, gs, wq.t(), ws.t(), True, ctx.emulate, g.dtype)
-        # grad_weight = g.T @ x: contraction over tokens, 1x128 blocks along tokens for both
-        gtq, gts = quantize_1x128(g2.t())
-        xtq, xts = quantize_1x128(x2.t())
-        grad_w = _blockwise_gemm(gtq, gts, xtq, xts, False, ctx.emulate, ctx.w_dtype)
-        return grad_x.reshape(*g.shape[:-1], grad_x.shape[-1]), grad_w, None
+        recipe = "mxfp8 mx128" if ctx.pow2 else "blockwise"
+        _check_rows(g2.shape[0], BLOCK_K, recipe)
+        need_gx, need_gw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if ctx.pow2:
+            xtq, xts, wtq, wts = ctx.saved_tensors
+            # g in both layouts from one read: rows (1x128 along N) for grad-input, g^T (1x128 along tokens)
+            g_row, g_col = _quantize_mx128(g2, False, need_gx, need_gw, ctx.emulate)
+        else:
+            x2, wq, ws = ctx.saved_tensors
+            wtq, wts = wq.t(), ws.t()
+            g_row, g_col = _quantize_blockwise(g2, False, need_gx, need_gw, ctx.emulate)
+            if need_gw:
+                xtq, xts = quantize_1x128(x2.t())
+        grad_x = grad_w = None
+        if need_gx:
+            # grad_input = g @ w: contraction over N; w's 128x128 tiles serve both orientations
+            grad_x = _blockwise_gemm(*g_row, wtq, wts, True, ctx.emulate, g.dtype)
+            grad_x = grad_x.reshape(*g.shape[:-1], grad_x.shape[-1])
+        if need_gw:
+            # grad_weight = g.T @ x: contraction over tokens, 1x128 blocks along tokens for both
+            grad_w = _blockwise_gemm(*g_col, xtq, xts, False, ctx.emulate, ctx.w_dtype)
+        return grad_x, grad_w, None, None, None
 
 
 class _MXFP8MM(torch.autograd.Function):
@@ -344,8 +431,8 @@ def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg=No
                            f"Set [float8] emulate = true to run the float8 numerics on CPU.")
     if name in ("tensorwise", "rowwise"):
         return _ScaledMM.apply(x, w, name == "rowwise", cfg or linear_mm_config(config.emulate))
-    if name == "blockwise":
-        return _BlockwiseMM.apply(x, w, config.emulate)
+    if name == "blockwise" or config.mx128_linear:
+        return _BlockwiseMM.apply(x, w, config.emulate, name == "mxfp8", torch.is_grad_enabled())
     return _MXFP8MM.apply(x, w, config.emulate)
 
 
@@ -393,5 +480,6 @@ class Float8Linear(nn.Linear):
 
     def extra_repr(self) -> str:
         c = self.float8_config
-        return (f"{super().extra_repr()}, recipe={c.recipe_name}, float8_all_gather="
+        gran = f"/{c.linear_granularity}" if c.linear_granularity else ""
+        return (f"{super().extra_repr()}, recipe={c.recipe_name}{gran}, float8_all_gather="
                 f"{c.enable_fsdp_float8_all_gather}, emulate={c.emulate}")
