@@ -160,7 +160,7 @@ def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
         rows, c = mod.out_features, mod.float8_config
         tile = c.linear_dim_multiple
         if c.recipe_name == "mxfp8" and (rows % world_size or (rows // world_size) % tile):
-            bad.append(f"{fqn} [out_features={rows}, linear_granularity={c.linear_granularity!r}]")
+            bad.append(f"{fqn} [out_features={rows}]" + (" (mx128)" if tile == 128 else ""))
     if bad:
         raise ValueError(f"enable_fsdp_float8_all_gather: with recipe 'mxfp8' every FSDP shard must hold a multiple "
                          f"of the weight tile's rows (32 for mx32, 128 for mx128: tiles must not straddle shards); "

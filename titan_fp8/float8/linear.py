@@ -228,10 +228,12 @@ def _tile_scale_k_major_padded(s: torch.Tensor) -> torch.Tensor:
     return padded.t()
 
 
-def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool):
+def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool, inverse: bool = False):
     """Positional arguments of F.scaled_mm(mat_a, mat_b, scale_a, recipe_a, scale_b, recipe_b) computing
     a @ b.T on cuBLAS, for a [M, K] 1x128-scaled along K and b [N, K] (128x128 tiles if b_is_tile, else 1x128
-    along K); a_s, b_s are our scales (data = x * scale), cuBLAS multiplies by 1/scale.
+    along K); a_s, b_s are our scales (data = x * scale), cuBLAS multiplies by 1/scale. inverse=True: they
+    are already the factors cuBLAS multiplies by, normally in its layouts (mx128's quantizers write them so:
+    then nothing is copied; a 128x128 b_s comes as the padded [N/128, round_up(K/128, 4)] buffer).
     Layouts torch (2.11 .. 2.13, aten ScaledBlas.cpp) requires of mat_a [M, K] row-major, mat_b [K, N]
     column-major:
       scale_a                [M, K/128]                strides (1, M)
@@ -242,29 +244,36 @@ def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool):
     from torch.nn.functional import ScalingType
     mat_a = a_q.contiguous()
     mat_b = b_q.contiguous().t()
-    scale_a = _scale_outer_major(a_s.reciprocal())
+    inv = (lambda s: s) if inverse else torch.reciprocal
+    scale_a = _scale_outer_major(inv(a_s))  # no copy when the strides are right already
     if b_is_tile:
-        scale_b, recipe_b = _tile_scale_k_major_padded(b_s.reciprocal()), ScalingType.BlockWise128x128
+        k_blocks = b_q.shape[1] // BLOCK_K
+        if inverse and b_s.shape[1] == -(-k_blocks // 4) * 4:  # the padded buffer: cuBLAS reads its transpose
+            scale_b = b_s.contiguous().t()
+        else:
+            scale_b = _tile_scale_k_major_padded(inv(b_s))
+        recipe_b = ScalingType.BlockWise128x128
     else:
-        scale_b, recipe_b = _scale_outer_major(b_s.reciprocal()), ScalingType.BlockWise1x128
+        scale_b, recipe_b = _scale_outer_major(inv(b_s)), ScalingType.BlockWise1x128
     return mat_a, mat_b, scale_a, ScalingType.BlockWise1x128, scale_b, recipe_b
 
 
-def _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile: bool) -> torch.Tensor:
+def _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile: bool, inverse: bool = False) -> torch.Tensor:
     # cuBLAS blockwise writes bf16; fp32 parameters get their gradient converted afterwards
-    return F.scaled_mm(*blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile), output_dtype=torch.bfloat16)
+    return F.scaled_mm(*blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile, inverse),
+                       output_dtype=torch.bfloat16)
 
 
 @torch.library.custom_op("titan_fp8::blockwise_scaled_mm", mutates_args=())
 def blockwise_scaled_mm(a_q: torch.Tensor, a_s: torch.Tensor, b_q: torch.Tensor, b_s: torch.Tensor,
-                        b_is_tile: bool) -> torch.Tensor:
+                        b_is_tile: bool, inverse: bool = False) -> torch.Tensor:
     """bf16 a @ b.T on cuBLAS from our quantized operands (layouts: blockwise_scaled_mm_args). An opaque op
     so torch.compile cannot re-stride the padded / outer-major scale tensors that torch checks exactly."""
-    return _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile)
+    return _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse)
 
 
 @blockwise_scaled_mm.register_fake
-def _(a_q, a_s, b_q, b_s, b_is_tile):
+def _(a_q, a_s, b_q, b_s, b_is_tile, inverse=False):
     return a_q.new_empty(a_q.shape[0], b_q.shape[0], dtype=torch.bfloat16)
 
 
@@ -274,63 +283,45 @@ def _blockwise_uses_scaled_mm(t: torch.Tensor, emulate: bool) -> bool:
     return not emulate and t.is_cuda
 
 
-def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtype):
+def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtype, inverse: bool = False):
     """a [M, K] 1x128-scaled along K; b [N, K] (128x128 tiles if b_is_tile, else 1x128 along K).
-    Returns a @ b.T."""
+    Returns a @ b.T. inverse: the scales are dequantization factors (x = data * factor) in cuBLAS's layouts
+    (mx128; a 128x128 one as its padded [N/128, round_up(K/128, 4)] buffer), else our scales (x = data / scale)."""
     if not _blockwise_uses_scaled_mm(a_q, emulate):
+        if inverse:  # power-of-two factors: data * f == data / (1 / f) exactly
+            a_s = a_s.reciprocal()
+            b_s = (b_s[:, : b_q.shape[1] // BLOCK_K] if b_is_tile else b_s).reciprocal()
         a = dequantize_1x128(a_q, a_s)
         b = dequantize_128x128(b_q, b_s) if b_is_tile else dequantize_1x128(b_q, b_s)
         return (a @ b.t()).to(out_dtype)
-    return blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile).to(out_dtype)
-
-
-def _e8m0_to_scale(b: torch.Tensor) -> torch.Tensor:
-    """E8M0 bytes (uint8, exponent e + 127) -> our fp32 scale convention (data = x * scale): 2^-e exactly
-    (2^-127 as the fp32 subnormal), NaN for the E8M0 NaN byte 0xFF."""
-    from kernels.mxfp8.reference import E8M0_NAN, pow2_fp32
-    s = pow2_fp32(127 - b.to(torch.int32))
-    return torch.where(b == E8M0_NAN, torch.full_like(s, float("nan")), s)
+    return blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse).to(out_dtype)
 
 
 def _mx128_uses_triton(t: torch.Tensor, emulate: bool) -> bool:
-    """mx128 quantization: the one-read Triton quantizer (kernels.grouped_gemm.quant_triton) on CUDA, the
-    bit-identical plain PyTorch one (kernels.grouped_gemm.quant) elsewhere and when emulating (so the GPU
+    """mx128 quantization: the one-read Triton quantizer (kernels.grouped_gemm.quant_triton) on CUDA, its
+    bit-identical plain PyTorch twin (kernels.grouped_gemm.quant) elsewhere and when emulating (so the GPU
     test's emulated twin also checks the Triton quantizer). A function so CPU tests can force the Triton path
     under TRITON_INTERPRET=1."""
     return t.is_cuda and not emulate
 
 
 def _quantize_mx128(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool):
-    """t [R, C] -> (row copy, col copy), each (data e4m3, fp32 scale) or None where not asked for; MXFP8
-    numbers with power-of-two scales shared over
-      tile=False: 1x128 blocks. row: data [R, C], scale [R, C/128] (blocks along C);
-                  col: data [C, R] (t^T), scale [C, R/128] (blocks along R)
-      tile=True:  128x128 tiles. row: data [R, C], scale [R/128, C/128]; col: data [C, R], scale [C/128, R/128]
-    From ONE read of t on CUDA (Triton writes both copies); no aten transposing copy of t."""
-    T = BLOCK_K if tile else 1
+    """t [R, C] -> (row copy, col copy), each (data e4m3, fp32 factor 2^e) or None where not asked for: MXFP8
+    numbers with power-of-two scales shared over 1x128 blocks (row: along C; col, t^T [C, R]: along R) or
+    128x128 tiles (tile), the factors already in the layout cuBLAS reads (kernels.grouped_gemm.quant
+    blockwise_scale_buffers). One read of t on CUDA; no aten transposing copy of t."""
     if _mx128_uses_triton(t, emulate):
-        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-        qr, sr, qc, sc = to_mxfp8_blocked_rowcol(t, row_block=BLOCK_K, row_tile=T, col_block=BLOCK_K, col_tile=T,
-                                                 do_row=rows, do_col=cols)
-        # the E8M0 bytes come expanded to one per 1x32 block: read one per 1x128 block (and per tile)
-        row = (qr, _e8m0_to_scale(sr[::T, ::4])) if rows else None
-        col = (qc, _e8m0_to_scale(sc[::T, ::4])) if cols else None
-        return row, col
-    from kernels.grouped_gemm.quant import to_mxfp8_blocked
-    row = col = None
-    if rows or tile:
-        qr, sr = to_mxfp8_blocked(t, -1, BLOCK_K, T)
-        row = (qr, _e8m0_to_scale(sr[::T, ::4]))
-    if cols and tile:  # square tiles: the column copy is the row copy transposed (same tiles, same scales)
-        col = (row[0].t().contiguous(), row[1].t())
-    elif cols:
-        qc, sc = to_mxfp8_blocked(t.t(), -1, BLOCK_K, 1)
-        col = (qc, _e8m0_to_scale(sc[:, ::4]))
-    return (row if rows else None), col
+        from kernels.grouped_gemm.quant_triton import to_mx128_blockwise
+        row, col = to_mx128_blockwise(t, tile, do_row=rows, do_col=cols)
+    else:
+        from kernels.grouped_gemm.quant import to_mx128_blockwise_reference
+        row, col = to_mx128_blockwise_reference(t, tile, rows, cols)
+    return (row if rows else None), (col if cols else None)
 
 
 def _quantize_blockwise(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool):
-    """The blockwise recipe's operands in _quantize_mx128's layout (fp32 scales 448 / amax, aten ops)."""
+    """The blockwise recipe's operands, as _quantize_mx128's copies but with our scales 448 / amax (data = x *
+    scale) in plain logical layouts (blockwise_scaled_mm_args lays them out for cuBLAS); aten ops."""
     if tile:
         q, s = quantize_128x128(t)
         return (q, s) if rows else None, (q.t(), s.t()) if cols else None
@@ -364,7 +355,7 @@ class _BlockwiseMM(torch.autograd.Function):
         else:
             ctx.save_for_backward(x2, wq, ws)
         ctx.emulate, ctx.w_dtype, ctx.pow2 = emulate, w.dtype, pow2
-        out = _blockwise_gemm(xq, xs, wq, ws, True, emulate, x.dtype)
+        out = _blockwise_gemm(xq, xs, wq, ws, True, emulate, x.dtype, pow2)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
@@ -386,11 +377,11 @@ class _BlockwiseMM(torch.autograd.Function):
         grad_x = grad_w = None
         if need_gx:
             # grad_input = g @ w: contraction over N; w's 128x128 tiles serve both orientations
-            grad_x = _blockwise_gemm(*g_row, wtq, wts, True, ctx.emulate, g.dtype)
+            grad_x = _blockwise_gemm(*g_row, wtq, wts, True, ctx.emulate, g.dtype, ctx.pow2)
             grad_x = grad_x.reshape(*g.shape[:-1], grad_x.shape[-1])
         if need_gw:
             # grad_weight = g.T @ x: contraction over tokens, 1x128 blocks along tokens for both
-            grad_w = _blockwise_gemm(*g_col, xtq, xts, False, ctx.emulate, ctx.w_dtype)
+            grad_w = _blockwise_gemm(*g_col, xtq, xts, False, ctx.emulate, ctx.w_dtype, ctx.pow2)
         return grad_x, grad_w, None, None, None
 
 
