@@ -52,23 +52,26 @@ def to_mxfp8_blocked(x: torch.Tensor, dim: int = -1, block: int = 32, tile: int 
 
 
 def blockwise_scale_buffers(R: int, C: int, tile: bool, device):
-    """Empty fp32 scale tensors for fp8 data [R, C] in the layouts cuBLAS's blockwise GEMMs read (torch's
-    F.scaled_mm checks them exactly), and the (i, j) strides of scale region (i, j):
-      tile=False  1x128 along C: [R, C/128] with strides (1, R) (outer-dim-major); region (row i, block j)
-      tile=True   128x128: a row-major [R/128, round_up(C/128, 4)] buffer holding 1.0 in its padding columns
-                  (cuBLAS reads its transpose: K-block-major with a 16-byte aligned column stride); tile (i, j)
-    Returns (tensor, stride_i, stride_j)."""
+    """fp32 scale tensors for fp8 data [R, C] in the layouts cuBLAS's blockwise GEMMs read (torch's F.scaled_mm
+    checks them exactly). Returns (base, scale, stride_i, stride_j): `base` is a CONTIGUOUS tensor (what a kernel
+    writes: no compiler can re-lay it out under the kernel), `scale` the view handed on, region (i, j) at
+    base + i * stride_i + j * stride_j:
+      tile=False  1x128 along C: scale [R, C/128] with strides (1, R) (outer-dim-major) = base [C/128, R] transposed
+      tile=True   128x128: base = scale, row-major [R/128, round_up(C/128, 4)], 1.0 in the padding columns (cuBLAS
+                  reads its transpose: K-block-major with a 16-byte aligned column stride)"""
     if tile:
         L4 = -(-(C // 128) // 4) * 4
-        return torch.ones((R // 128, L4), dtype=torch.float32, device=device), L4, 1
-    return torch.empty_strided((R, C // 128), (1, R), dtype=torch.float32, device=device), 1, R
+        base = torch.ones((R // 128, L4), dtype=torch.float32, device=device)
+        return base, base, L4, 1
+    base = torch.empty((C // 128, R), dtype=torch.float32, device=device)
+    return base, base.t(), 1, R
 
 
 def to_mx128_blockwise_reference(x: torch.Tensor, tile: bool, do_row: bool = True, do_col: bool = True):
     """Plain PyTorch twin of quant_triton.to_mx128_blockwise (bit for bit, same layouts): x [M, K] ->
     ((row_data [M, K], row_scale), (col_data [K, M], col_scale)), MXFP8 numbers shared over 1x128 blocks
     (tile=False) or 128x128 tiles (tile=True), scales as fp32 factors 2^e in cuBLAS's blockwise layouts
-    (quant_triton.blockwise_scale_buffers; a copy not asked for is (None, None))."""
+    (blockwise_scale_buffers; a copy not asked for is (None, None))."""
     from kernels.mxfp8.reference import e8m0_to_fp32
 
     M, K = x.shape
@@ -78,7 +81,7 @@ def to_mx128_blockwise_reference(x: torch.Tensor, tile: bool, do_row: bool = Tru
         R, C = t.shape
         q, s = to_mxfp8_blocked(t, -1, 128, T)
         f = e8m0_to_fp32(s[::T, ::128 // BLOCK])  # one factor per region
-        buf, _, _ = blockwise_scale_buffers(R, C, tile, t.device)
+        _, buf, _, _ = blockwise_scale_buffers(R, C, tile, t.device)
         (buf[:, : C // 128] if tile else buf).copy_(f)
         return q, buf
 
