@@ -45,14 +45,36 @@ SHAPE_SETS = {"all": LLAMA_MOE + TORCHAO_DOCS, "llama_moe": LLAMA_MOE, "torchao_
               "acceptance": LLAMA_MOE[:1], "llama_moe_rest": LLAMA_MOE[1:]}
 OURS = ["tensorwise", "rowwise", "blockwise", "mxfp8", "mxfp8_mx128"]
 # variant name -> Float8Config keys ("mxfp8" alone keeps its default linear_granularity "mx32").
-# mxfp8_mx128_opaque: mx128 with its quantizer called as an opaque custom op (dispatcher per call) instead of
-# a triton op whose launch torch.compile traces into its code: what the traced launch saves in host time.
+# mx128 experiments (module switches, set before every step of the variant; dynamo guards on them):
+#   mxfp8_mx128_opaque  the quantizer called as an opaque custom op (dispatcher per call) instead of a triton op
+#                       whose launch torch.compile traces into its code: what the traced launch saves in host time
+#   mxfp8_mx128_w16     the quantizer with 16 warps per 128x128 tile instead of 8
+#   mxfp8_mx128_xtiles  grad-weight's x^T operand in 128x128 tiles (linear.MX128_WGRAD_X_TILES)
 MX128 = dict(recipe_name="mxfp8", linear_granularity="mx128")
-VARIANT_KEYS = {"mxfp8_mx128": MX128, "mxfp8_mx128_opaque": MX128}
+VARIANT_KEYS = {"mxfp8_mx128": MX128, "mxfp8_mx128_opaque": MX128, "mxfp8_mx128_w16": MX128,
+                "mxfp8_mx128_xtiles": MX128}
+SWITCH_DEFAULTS = {("kernels.grouped_gemm.quant_triton", "TRACED_LAUNCH"): True,
+                   ("kernels.grouped_gemm.quant_triton", "BLOCKWISE_NUM_WARPS"): 8,
+                   ("titan_fp8.float8.linear", "MX128_WGRAD_X_TILES"): False}
+VARIANT_SWITCHES = {
+    "mxfp8_mx128_opaque": {("kernels.grouped_gemm.quant_triton", "TRACED_LAUNCH"): False},
+    "mxfp8_mx128_w16": {("kernels.grouped_gemm.quant_triton", "BLOCKWISE_NUM_WARPS"): 16},
+    "mxfp8_mx128_xtiles": {("titan_fp8.float8.linear", "MX128_WGRAD_X_TILES"): True},
+}
 
 
-def traced_launch(variant) -> bool:
-    return variant != "mxfp8_mx128_opaque"
+def switches_setter(variant):
+    """A function that sets the module switches for `variant` (the defaults for every other variant)."""
+    import importlib
+    values = {**SWITCH_DEFAULTS, **VARIANT_SWITCHES.get(variant, {})}
+
+    def set_switches():
+        for (mod, attr), v in values.items():
+            try:
+                setattr(importlib.import_module(mod), attr, v)
+            except ImportError:  # no triton on this machine: no mx128 GPU quantizer either
+                pass
+    return set_switches
 TORCHAO = ["tensorwise", "rowwise"]
 
 
@@ -119,13 +141,9 @@ def make_variant(kind, recipe, K, N, device, dtype, emulate):
     return lin
 
 
-def make_step(lin, M, K, device, dtype, compile_mode, traced=True):
+def make_step(lin, M, K, device, dtype, compile_mode, set_switches=lambda: None):
     """One fwd+bwd step of `lin` on a fixed random input (compiled if asked)."""
     x = torch.randn(M, K, device=device, dtype=dtype, requires_grad=True)
-    try:
-        import kernels.grouped_gemm.quant_triton as quant_triton
-    except ImportError:  # no triton: no mx128 GPU quantizer either
-        quant_triton = None
 
     def forward(x):
         return lin(x)
@@ -140,8 +158,7 @@ def make_step(lin, M, K, device, dtype, compile_mode, traced=True):
 
     def step():
         nonlocal gy
-        if quant_triton is not None and device.type == "cuda":
-            quant_triton.TRACED_LAUNCH = traced  # read while tracing (dynamo guards on it) and in eager calls
+        set_switches()  # read while tracing (and guarded) and in eager calls
         y = model(x)
         if gy is None:
             gy = torch.randn_like(y)
@@ -246,7 +263,8 @@ def main():
             try:
                 torch.manual_seed(0)
                 lin = make_variant(kind, recipe, K, N, device, dtype, emulate)
-                steps[name] = make_step(lin, M, K, device, dtype, compile_mode, traced_launch(recipe))
+                steps[name] = make_step(lin, M, K, device, dtype, compile_mode,
+                                        switches_setter(recipe) if device.type == "cuda" else lambda: None)
                 for _ in range(warmup):
                     steps[name]()
             except Exception as e:

@@ -67,24 +67,25 @@ def blockwise_scale_buffers(R: int, C: int, tile: bool, device):
     return base, base.t(), 1, R
 
 
-def to_mx128_blockwise_reference(x: torch.Tensor, tile: bool, do_row: bool = True, do_col: bool = True):
+def to_mx128_blockwise_reference(x: torch.Tensor, tile: bool, do_row: bool = True, do_col: bool = True,
+                                 col_tile: bool | None = None):
     """Plain PyTorch twin of quant_triton.to_mx128_blockwise (bit for bit, same layouts): x [M, K] ->
     ((row_data [M, K], row_scale), (col_data [K, M], col_scale)), MXFP8 numbers shared over 1x128 blocks
     (tile=False) or 128x128 tiles (tile=True), scales as fp32 factors 2^e in cuBLAS's blockwise layouts
     (blockwise_scale_buffers; a copy not asked for is (None, None))."""
     from kernels.mxfp8.reference import e8m0_to_fp32
 
-    M, K = x.shape
-    T = 128 if tile else 1
+    col_tile = tile if col_tile is None else col_tile
 
-    def one(t):  # t [R, C] scaled along C -> (data, scale in its cuBLAS layout)
+    def one(t, tile):  # t [R, C] scaled along C -> (data, scale in its cuBLAS layout)
         R, C = t.shape
+        T = 128 if tile else 1
         q, s = to_mxfp8_blocked(t, -1, 128, T)
         f = e8m0_to_fp32(s[::T, ::128 // BLOCK])  # one factor per region
         _, buf, _, _ = blockwise_scale_buffers(R, C, tile, t.device)
         (buf[:, : C // 128] if tile else buf).copy_(f)
         return q, buf
 
-    row = one(x) if do_row else (None, None)
-    col = one(x.t()) if do_col else (None, None)
+    row = one(x, tile) if do_row else (None, None)
+    col = one(x.t(), col_tile) if do_col else (None, None)
     return row, col

@@ -184,16 +184,15 @@ def _(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col):
 BLOCKWISE_NUM_WARPS = 8
 
 
-def _run_blockwise(x, tile, do_row, do_col, hw_cast=None, num_warps=None):
+def _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast=None, num_warps=None):
     M, K = x.shape
     dev, u8 = x.device, torch.uint8
-    T = BM if tile else 1
     qr = torch.empty((M, K) if do_row else (0,), dtype=u8, device=dev)
     qc = torch.empty((K, M) if do_col else (0,), dtype=u8, device=dev)
     none = (torch.empty(0, device=dev),) * 2 + (0, 0)
     # the kernel writes the contiguous bases; the (transposed) views go out after it
     br, sr, sr0, sr1 = blockwise_scale_buffers(M, K, tile, dev) if do_row else none
-    bc, sc, sc0, sc1 = blockwise_scale_buffers(K, M, tile, dev) if do_col else none
+    bc, sc, sc0, sc1 = blockwise_scale_buffers(K, M, col_tile, dev) if do_col else none
     if (do_row or do_col) and M * K:
         hw = default_hw_cast(dev) if hw_cast is None else hw_cast
         xin, is_bf16 = _as_kernel_input(x)
@@ -201,7 +200,8 @@ def _run_blockwise(x, tile, do_row, do_col, hw_cast=None, num_warps=None):
         grid = (triton.cdiv(M, BM), triton.cdiv(K, BK), 1)
         wrap_triton(_blocked_rowcol_kernel)[grid](
             xin, qr, br, qc, bc, lim, M, K, M, 0, 0, 0, 0, 0,
-            BM=BM, BK=BK, RB=BK, RT=T, CB=BM, CT=T, DO_ROW=do_row, DO_COL=do_col, USE_LIMIT=False,
+            BM=BM, BK=BK, RB=BK, RT=BM if tile else 1, CB=BM, CT=BK if col_tile else 1, DO_ROW=do_row,
+            DO_COL=do_col, USE_LIMIT=False,
             HW_CAST=hw, IS_BF16=is_bf16, F32=True, sr0=sr0, sr1=sr1, sc0=sc0, sc1=sc1,
             num_warps=num_warps or (4 if _INTERPRET else BLOCKWISE_NUM_WARPS),
         )
@@ -210,40 +210,40 @@ def _run_blockwise(x, tile, do_row, do_col, hw_cast=None, num_warps=None):
 
 
 @torch.library.triton_op("titan_fp8::mx128_blockwise_rowcol", mutates_args=())
-def _blockwise_triton_op(x: torch.Tensor, tile: bool, do_row: bool,
+def _blockwise_triton_op(x: torch.Tensor, tile: bool, col_tile: bool, do_row: bool,
                          do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _run_blockwise(x, tile, do_row, do_col)
+    return _run_blockwise(x, tile, col_tile, do_row, do_col)
 
 
 # The same as an opaque custom op: torch.compile calls it through the dispatcher (host time per call). The
 # interpreter cannot be traced through a triton op (its fake-tensor trace touches data pointers), so CPU tests
 # of compiled code use this one; TRACED_LAUNCH = False picks it on the GPU too (benchmarks compare the two).
 @torch.library.custom_op("titan_fp8::mx128_blockwise_rowcol_opaque", mutates_args=())
-def _blockwise_custom_op(x: torch.Tensor, tile: bool, do_row: bool,
+def _blockwise_custom_op(x: torch.Tensor, tile: bool, col_tile: bool, do_row: bool,
                          do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _run_blockwise(x, tile, do_row, do_col)
+    return _run_blockwise(x, tile, col_tile, do_row, do_col)
 
 
 @_blockwise_custom_op.register_fake
-def _(x, tile, do_row, do_col):
+def _(x, tile, col_tile, do_row, do_col):
     M, K = x.shape
     f8 = torch.float8_e4m3fn
     empty = x.new_empty((0,), dtype=torch.float32)
     return (x.new_empty((M, K) if do_row else (0,), dtype=f8),
             blockwise_scale_buffers(M, K, tile, x.device)[1] if do_row else empty,
             x.new_empty((K, M) if do_col else (0,), dtype=f8),
-            blockwise_scale_buffers(K, M, tile, x.device)[1] if do_col else empty)
+            blockwise_scale_buffers(K, M, col_tile, x.device)[1] if do_col else empty)
 
 
 TRACED_LAUNCH = not _INTERPRET
 
 
-def to_mx128_blockwise(x: torch.Tensor, tile: bool, *, do_row: bool = True, do_col: bool = True,
-                       hw_cast: bool | None = None, num_warps: int | None = None):
+def to_mx128_blockwise(x: torch.Tensor, tile: bool, *, col_tile: bool | None = None, do_row: bool = True,
+                       do_col: bool = True, hw_cast: bool | None = None, num_warps: int | None = None):
     """x [M, K] (bf16/fp16/fp32) -> (row_data [M, K], row_scale, col_data [K, M] (x^T), col_scale) from ONE
     read: MXFP8 numbers (e4m3, power-of-two scales by the E8M0 rule of kernels.mxfp8, non-finite regions NaN)
     shared over 1x128 blocks (tile=False: along K for the row copy, along M for the column copy) or 128x128
-    tiles (tile=True), with the scales as fp32 factors 2^e (data * 2^e = x) in cuBLAS's blockwise layouts
+    tiles (tile=True; col_tile, default tile, picks it for the column copy alone), with the scales as fp32 factors 2^e (data * 2^e = x) in cuBLAS's blockwise layouts
     (quant.blockwise_scale_buffers). A copy not asked for is None. K % 128 == 0; M % 128 == 0 when tile or do_col.
     Bit-identical to quant.to_mx128_blockwise_reference. Runs as the triton op titan_fp8::mx128_blockwise_rowcol
     (torch.compile traces its launch; TRACED_LAUNCH) or the opaque custom op ..._opaque (interpreter), unless
@@ -256,15 +256,16 @@ def to_mx128_blockwise(x: torch.Tensor, tile: bool, *, do_row: bool = True, do_c
     if not (x.is_cuda or _INTERPRET):
         raise RuntimeError(f"{who}: x is on {x.device}; needs CUDA or TRITON_INTERPRET=1")
     M, K = x.shape
+    col_tile = tile if col_tile is None else col_tile
     if K % BK or ((tile or do_col) and M % BM):
         raise ValueError(f"{who}: x of shape {tuple(x.shape)}: K must be a multiple of {BK}, and M too for "
                          f"128x128 tiles or the column copy")
     x = x.contiguous()
     if hw_cast is not None or num_warps is not None:
-        qr, sr, qc, sc = _run_blockwise(x, tile, do_row, do_col, hw_cast, num_warps)
+        qr, sr, qc, sc = _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast, num_warps)
     else:
         op = _blockwise_triton_op if TRACED_LAUNCH else _blockwise_custom_op
-        qr, sr, qc, sc = op(x, tile, do_row, do_col)
+        qr, sr, qc, sc = op(x, tile, col_tile, do_row, do_col)
     return (qr, sr) if do_row else (None, None), (qc, sc) if do_col else (None, None)
 
 

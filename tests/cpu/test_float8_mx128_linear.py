@@ -104,9 +104,9 @@ def _deq_cols(t):  # shared over 128x1 along the first dim
     return from_mxfp8(q, s, 0, torch.float64)
 
 
-def _run(x, w, g, emulate=True, pow2=True):
+def _run(x, w, g, emulate=True, pow2=True, xt_tile=False):
     xq, wq = x.clone().requires_grad_(), w.clone().requires_grad_()
-    y = f8linear._BlockwiseMM.apply(xq, wq, emulate, pow2)
+    y = f8linear._BlockwiseMM.apply(xq, wq, emulate, pow2, True, xt_tile)
     y.backward(g)
     return y, xq.grad, wq.grad
 
@@ -116,11 +116,13 @@ def rel(out, ref):
     return ((out - ref).norm() / ref.norm()).item()
 
 
+@pytest.mark.parametrize("xt_tile", [False, True], ids=["wgrad_x_1x128", "wgrad_x_tiles"])
 @pytest.mark.parametrize("M,K,N", [(256, 384, 640), (384, 128, 256), (128, 1152, 384)])
-def test_numerics_against_float64(M, K, N):
+def test_numerics_against_float64(M, K, N, xt_tile):
     gen = torch.Generator().manual_seed(torch.seed() % 2**31)
     x, w, g = _data(M, K, gen), _data(N, K, gen, 128, huge=False) * 1e-2, _data(M, N, gen, huge=False) * 1e-3
-    y, gx, gw = _run(x, w, g)
+    y, gx, gw = _run(x, w, g, xt_tile=xt_tile)
+    x_wgrad = _deq_rows(x, True) if xt_tile else _deq_cols(x)
     assert (y[1] == 0).all() and (gx[1] == 0).all()
     # rows far below the huge one must not hide in the norm: the ordinary rows on their own too
     rows = [i for i in range(M) if i not in (1, 2, 3)]
@@ -129,13 +131,13 @@ def test_numerics_against_float64(M, K, N):
     # multiplied in float64; only the fp32 accumulation order differs
     for what, got, ref in (("y", y, _deq_rows(x, False) @ _deq_rows(w, True).t()),
                            ("grad_x", gx, _deq_rows(g, False) @ _deq_rows(w, True)),
-                           ("grad_w", gw, _deq_cols(g).t() @ _deq_cols(x))):
+                           ("grad_w", gw, _deq_cols(g).t() @ x_wgrad)):
         assert torch.isfinite(got).all(), what
         assert rel(got, ref) < TOL_EXACT, (what, rel(got, ref))
     # and, without the huge outlier (which legitimately flushes its 128-token blocks of x^T to zero), close to
     # the unquantized product
     x = _data(M, K, gen, huge=False)
-    y, gx, gw = _run(x, w, g)
+    y, gx, gw = _run(x, w, g, xt_tile=xt_tile)
     xd, wd, gd = x.double(), w.double(), g.double()
     for what, got, ref in (("y", y, xd @ wd.t()), ("grad_x", gx, gd @ wd), ("grad_w", gw, gd.t() @ xd)):
         assert rel(got, ref) < TOL_QUANT, (what, rel(got, ref))
@@ -174,8 +176,8 @@ def test_module_forward_eval_takes_any_token_count():
 
 # ------------------------------------------------------------------------------------------ Triton quantizers
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("tile", [False, True])
-def test_triton_quantizer_equals_reference(dtype, tile):
+@pytest.mark.parametrize("tile,col_tile", [(False, False), (True, True), (False, True)])
+def test_triton_quantizer_equals_reference(dtype, tile, col_tile):
     from kernels.grouped_gemm.quant_triton import to_mx128_blockwise
     gen = torch.Generator().manual_seed(7)
     x = _data(256, 640, gen, 128 if tile else 1)
@@ -183,8 +185,8 @@ def test_triton_quantizer_equals_reference(dtype, tile):
     x[130, 200] = float("-inf")
     x = x.to(dtype)
     for do_row, do_col in ((True, True), (True, False), (False, True)):
-        got = to_mx128_blockwise(x, tile, do_row=do_row, do_col=do_col)
-        ref = to_mx128_blockwise_reference(x, tile, do_row, do_col)
+        got = to_mx128_blockwise(x, tile, col_tile=col_tile, do_row=do_row, do_col=do_col)
+        ref = to_mx128_blockwise_reference(x, tile, do_row, do_col, col_tile)
         for (qg, sg), (qr, sr) in zip(got, ref):
             if qr is None:
                 assert qg is None and sg is None
@@ -199,11 +201,12 @@ def triton_quantizers(monkeypatch):
     monkeypatch.setattr(f8linear, "_mx128_uses_triton", lambda t, emulate: True)
 
 
-def test_linear_with_triton_quantizers_equals_reference_path(triton_quantizers):
+@pytest.mark.parametrize("xt_tile", [False, True], ids=["wgrad_x_1x128", "wgrad_x_tiles"])
+def test_linear_with_triton_quantizers_equals_reference_path(triton_quantizers, xt_tile):
     gen = torch.Generator().manual_seed(3)
     x, w, g = _data(256, 384, gen), _data(256, 384, gen, 128, False) * 1e-2, _data(256, 256, gen, 1, False) * 1e-3
-    got = _run(x, w, g, emulate=False)  # quantized by the (interpreted) Triton kernels, GEMMs emulated on CPU
-    ref = _run(x, w, g, emulate=True)
+    got = _run(x, w, g, emulate=False, xt_tile=xt_tile)  # (interpreted) Triton quantizers, GEMMs emulated on CPU
+    ref = _run(x, w, g, emulate=True, xt_tile=xt_tile)
     for a, b in zip(got, ref):
         assert torch.equal(a, b)
 

@@ -37,8 +37,11 @@ def blocky(rows, cols, tile_rows=1, decades=3):
 
 
 # (M, K, N): block counts not multiples of 4 (padded 128x128 scale layouts), the llama shapes, a wide one
+@pytest.mark.parametrize("xt_tile", [False, True], ids=["wgrad_x_1x128", "wgrad_x_tiles"])
 @pytest.mark.parametrize("M,K,N", [(256, 384, 640), (1024, 2816, 1024), (2048, 4096, 2816), (8192, 4096, 4096)])
-def test_cublas_path_matches_emulation(M, K, N):
+def test_cublas_path_matches_emulation(monkeypatch, M, K, N, xt_tile):
+    from titan_fp8.float8 import linear
+    monkeypatch.setattr(linear, "MX128_WGRAD_X_TILES", xt_tile)
     torch.manual_seed(0)
     x, w, g = blocky(M, K), blocky(N, K, 128) * 0.02, blocky(M, N) * 1e-3
     hw = fwd_bwd(False, x, w, g)
@@ -60,16 +63,16 @@ def test_nan_propagates_on_the_gpu():
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("tile", [False, True])
-def test_triton_quantizer_bitwise(dtype, tile):
+@pytest.mark.parametrize("tile,col_tile", [(False, False), (True, True), (False, True)])
+def test_triton_quantizer_bitwise(dtype, tile, col_tile):
     from kernels.grouped_gemm.quant_triton import to_mx128_blockwise
     torch.manual_seed(2)
     x = blocky(1024, 2816, 128 if tile else 1, decades=20).to(dtype)
     x[3] = 0
     x[4, 7] = float("nan")
     x[900, 2000] = float("-inf")
-    got = to_mx128_blockwise(x, tile)
-    ref = to_mx128_blockwise_reference(x, tile)
+    got = to_mx128_blockwise(x, tile, col_tile=col_tile)
+    ref = to_mx128_blockwise_reference(x, tile, col_tile=col_tile)
     for (qg, sg), (qr, sr) in zip(got, ref):
         assert sg.shape == sr.shape and sg.stride() == sr.stride()
         assert torch.equal(qg.view(torch.uint8), qr.view(torch.uint8))

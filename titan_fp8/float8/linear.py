@@ -305,27 +305,36 @@ def _mx128_uses_triton(t: torch.Tensor, emulate: bool) -> bool:
     return t.is_cuda and not emulate
 
 
-def _quantize_mx128(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool):
+def _quantize_mx128(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool, col_tile=None):
     """t [R, C] -> (row copy, col copy), each (data e4m3, fp32 factor 2^e) or None where not asked for: MXFP8
     numbers with power-of-two scales shared over 1x128 blocks (row: along C; col, t^T [C, R]: along R) or
-    128x128 tiles (tile), the factors already in the layout cuBLAS reads (kernels.grouped_gemm.quant
-    blockwise_scale_buffers). One read of t on CUDA; no aten transposing copy of t."""
+    128x128 tiles (tile; col_tile, default tile, for the col copy alone), the factors already in the layout
+    cuBLAS reads (kernels.grouped_gemm.quant blockwise_scale_buffers). One read of t on CUDA; no aten
+    transposing copy of t."""
+    col_tile = tile if col_tile is None else col_tile
     if _mx128_uses_triton(t, emulate):
         from kernels.grouped_gemm.quant_triton import to_mx128_blockwise
-        row, col = to_mx128_blockwise(t, tile, do_row=rows, do_col=cols)
+        row, col = to_mx128_blockwise(t, tile, col_tile=col_tile, do_row=rows, do_col=cols)
     else:
         from kernels.grouped_gemm.quant import to_mx128_blockwise_reference
-        row, col = to_mx128_blockwise_reference(t, tile, rows, cols)
+        row, col = to_mx128_blockwise_reference(t, tile, rows, cols, col_tile)
     return (row if rows else None), (col if cols else None)
 
 
-def _quantize_blockwise(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool):
+def _quantize_blockwise(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool, col_tile=None):
     """The blockwise recipe's operands, as _quantize_mx128's copies but with our scales 448 / amax (data = x *
     scale) in plain logical layouts (blockwise_scaled_mm_args lays them out for cuBLAS); aten ops."""
     if tile:
         q, s = quantize_128x128(t)
         return (q, s) if rows else None, (q.t(), s.t()) if cols else None
     return quantize_1x128(t) if rows else None, quantize_1x128(t.t()) if cols else None
+
+
+# mx128: grad-weight's x^T operand as 128x128 tiles (tokens x features) instead of 1x128 blocks along tokens.
+# cuBLAS's 1x128 x 128x128 kernel runs that GEMM ~1.27x faster than its 1x128 x 1x128 one (H100, 8192x4096->4096:
+# 211 vs 268 us; benchmarks/results/float8_linear_mx128-*.md); the price is a coarser scale for x in grad-weight:
+# one per 128 tokens x 128 features, so a feature channel far above its 127 neighbours costs them precision.
+MX128_WGRAD_X_TILES = False
 
 
 class _BlockwiseMM(torch.autograd.Function):
@@ -339,22 +348,24 @@ class _BlockwiseMM(torch.autograd.Function):
              operand, from the same read as w's forward copy): 1 byte per element each."""
 
     @staticmethod
-    def forward(ctx, x, w, emulate: bool, pow2: bool = False, grad: bool = True):
+    def forward(ctx, x, w, emulate: bool, pow2: bool = False, grad: bool = True, xt_tile: bool = False):
         # grad: the caller's grad mode (forward itself always runs under no_grad, and needs_input_grad ignores
-        # it): evaluation writes no backward copies and takes any number of tokens
+        # it): evaluation writes no backward copies and takes any number of tokens.
+        # xt_tile (mx128 only): grad-weight's x^T operand in 128x128 tiles (tokens x features) instead of 1x128
+        # blocks along tokens (MX128_WGRAD_X_TILES says why one would)
         x2 = x.reshape(-1, x.shape[-1])
         need_gx, need_gw = grad and ctx.needs_input_grad[0], grad and ctx.needs_input_grad[1]
         quant = _quantize_mx128 if pow2 else _quantize_blockwise
         if pow2 and need_gw:
             _check_rows(x2.shape[0], BLOCK_K, "mxfp8 mx128")
         # blockwise keeps x and recasts it in backward (its aten transposing cast); mx128 writes x^T now
-        (xq, xs), xt = quant(x2, False, True, pow2 and need_gw, emulate)
+        (xq, xs), xt = quant(x2, False, True, pow2 and need_gw, emulate, col_tile=pow2 and xt_tile)
         (wq, ws), wt = quant(w, True, True, need_gx, emulate)
         if pow2:
             ctx.save_for_backward(*(xt or (None, None)), *(wt or (None, None)))
         else:
             ctx.save_for_backward(x2, wq, ws)
-        ctx.emulate, ctx.w_dtype, ctx.pow2 = emulate, w.dtype, pow2
+        ctx.emulate, ctx.w_dtype, ctx.pow2, ctx.xt_tile = emulate, w.dtype, pow2, pow2 and xt_tile
         out = _blockwise_gemm(xq, xs, wq, ws, True, emulate, x.dtype, pow2)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
@@ -381,8 +392,8 @@ class _BlockwiseMM(torch.autograd.Function):
             grad_x = grad_x.reshape(*g.shape[:-1], grad_x.shape[-1])
         if need_gw:
             # grad_weight = g.T @ x: contraction over tokens, 1x128 blocks along tokens for both
-            grad_w = _blockwise_gemm(*g_col, xtq, xts, False, ctx.emulate, ctx.w_dtype, ctx.pow2)
-        return grad_x, grad_w, None, None, None
+            grad_w = _blockwise_gemm(*g_col, xtq, xts, ctx.xt_tile, ctx.emulate, ctx.w_dtype, ctx.pow2)
+        return grad_x, grad_w, None, None, None, None
 
 
 class _MXFP8MM(torch.autograd.Function):
@@ -423,7 +434,8 @@ def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg=No
     if name in ("tensorwise", "rowwise"):
         return _ScaledMM.apply(x, w, name == "rowwise", cfg or linear_mm_config(config.emulate))
     if name == "blockwise" or config.mx128_linear:
-        return _BlockwiseMM.apply(x, w, config.emulate, name == "mxfp8", torch.is_grad_enabled())
+        return _BlockwiseMM.apply(x, w, config.emulate, name == "mxfp8", torch.is_grad_enabled(),
+                                  MX128_WGRAD_X_TILES)
     return _MXFP8MM.apply(x, w, config.emulate)
 
 
