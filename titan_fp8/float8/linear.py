@@ -10,9 +10,10 @@ GEMM operands per recipe (x [M, K] tokens, w [N, K], g = dL/dy [M, N]):
               and grad-input). GPU: torch.nn.functional.scaled_mm BlockWise1x128 / BlockWise128x128.
   mxfp8       linear_granularity "mx32" (default): e4m3 + E8M0 per 32 along the contracted dim (kernels.mxfp8); w
               one scale per 32x32 tile. Hopper has no MXFP8 MMA: the operands are dequantized to bf16 for cuBLAS.
-              "mx128": the same numbers (e4m3, power-of-two scales) shared over blockwise's blocks and tiles;
-              GEMMs on cuBLAS blockwise like blockwise's (one autograd function, _BlockwiseMM(pow2=True)),
-              operands from one-read Triton quantizers (kernels.grouped_gemm.quant_triton).
+              "mx128": the same numbers (e4m3, power-of-two scales) shared over blockwise's blocks and tiles
+              (grad-weight's x^T: 128x128 tiles, MX128_WGRAD_X_TILES); GEMMs on cuBLAS blockwise like blockwise's
+              (one autograd function, _BlockwiseMM(pow2=True)), operands from one-read Triton quantizers that
+              write the scales in cuBLAS's layouts (kernels.grouped_gemm.quant_triton.to_mx128_blockwise).
 With emulate=True every recipe quantizes exactly as on the GPU and multiplies dequantized operands in fp32.
 """
 from __future__ import annotations
@@ -330,11 +331,13 @@ def _quantize_blockwise(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emu
     return quantize_1x128(t) if rows else None, quantize_1x128(t.t()) if cols else None
 
 
-# mx128: grad-weight's x^T operand as 128x128 tiles (tokens x features) instead of 1x128 blocks along tokens.
-# cuBLAS's 1x128 x 128x128 kernel runs that GEMM ~1.27x faster than its 1x128 x 1x128 one (H100, 8192x4096->4096:
-# 211 vs 268 us; benchmarks/results/float8_linear_mx128-*.md); the price is a coarser scale for x in grad-weight:
-# one per 128 tokens x 128 features, so a feature channel far above its 127 neighbours costs them precision.
-MX128_WGRAD_X_TILES = False
+# mx128: grad-weight's x^T operand as 128x128 tiles (128 tokens x 128 features share a scale) rather than 1x128
+# blocks along tokens (g^T keeps 1x128 blocks along tokens). cuBLAS runs that GEMM with its 1x128 x 128x128 kernel,
+# ~1.27x faster than its 1x128 x 1x128 one: on an H100 at 8192x4096->4096 grad-weight takes 215 us instead of 269,
+# and the whole op fwd+bwd 1.314x bf16 instead of 1.230x (benchmarks/results/float8_linear_mx128-*.md). The price
+# is a coarser scale for x in grad-weight only: a feature channel far above its 127 neighbours in a tile costs
+# them precision there. False restores 1x128 blocks (the numerics DeepSeek-V3 uses for that operand).
+MX128_WGRAD_X_TILES = True
 
 
 class _BlockwiseMM(torch.autograd.Function):
