@@ -123,25 +123,10 @@ class Float8Config:
         if self.moe_recipe_name not in MOE_RECIPES:
             raise ValueError(f"moe_recipe_name: {self.moe_recipe_name!r} is not an MoE expert recipe; allowed: "
                              f"{', '.join(map(repr, MOE_RECIPES))}")
-        if self.moe_recipe_name == "mxfp8":
-            if self.moe_granularity is None:
-                object.__setattr__(self, "moe_granularity", DEFAULT_MOE_GRANULARITY)
-            if self.moe_granularity not in MOE_GRANULARITIES:
-                raise ValueError(f"moe_granularity: {self.moe_granularity!r} is not an MXFP8 expert granularity; "
-                                 f"allowed: {', '.join(map(repr, MOE_GRANULARITIES))}")
-        elif self.moe_granularity is not None:
-            raise ValueError(f"moe_granularity: {self.moe_granularity!r} is set but moe_recipe_name is "
-                             f"{self.moe_recipe_name!r}; a granularity applies to moe_recipe_name='mxfp8' only "
-                             f"(leave it unset)")
-        if self.recipe_name == "mxfp8":
-            if self.linear_granularity is None:
-                object.__setattr__(self, "linear_granularity", DEFAULT_LINEAR_GRANULARITY)
-            if self.linear_granularity not in LINEAR_GRANULARITIES:
-                raise ValueError(f"linear_granularity: {self.linear_granularity!r} is not an MXFP8 Linear granularity; "
-                                 f"allowed: {', '.join(map(repr, LINEAR_GRANULARITIES))}")
-        elif self.linear_granularity is not None:
-            raise ValueError(f"linear_granularity: {self.linear_granularity!r} is set but recipe_name is "
-                             f"{self.recipe_name!r}; a granularity applies to recipe_name='mxfp8' only (leave it unset)")
+        self._check_granularity("moe_granularity", "moe_recipe_name", "expert", MOE_GRANULARITIES,
+                                DEFAULT_MOE_GRANULARITY)
+        self._check_granularity("linear_granularity", "recipe_name", "Linear", LINEAR_GRANULARITIES,
+                                DEFAULT_LINEAR_GRANULARITY)
         if self.enable_fsdp_float8_all_gather and self.moe_granularity == "mx32_plain":
             raise ValueError("moe_granularity: 'mx32_plain' cannot be all-gathered in float8 "
                              "(enable_fsdp_float8_all_gather): it scales the expert weights 1x32 along K for "
@@ -164,6 +149,19 @@ class Float8Config:
                 raise ValueError(f"precompute_float8_dynamic_scale_for_fsdp: only for recipe_name='tensorwise' or "
                                  f"float8 experts (moe_recipe_name); {self.recipe_name!r} scales are local to "
                                  f"each shard, so its float8 all-gather already runs without any AMAX all-reduce")
+
+    def _check_granularity(self, key: str, recipe_key: str, what: str, allowed: dict, default: str) -> None:
+        """`key` applies to getattr(self, recipe_key) == "mxfp8" only: defaulted there, an error elsewhere."""
+        value, recipe = getattr(self, key), getattr(self, recipe_key)
+        if recipe == "mxfp8":
+            if value is None:
+                object.__setattr__(self, key, default)
+            elif value not in allowed:
+                raise ValueError(f"{key}: {value!r} is not an MXFP8 {what} granularity; allowed: "
+                                 f"{', '.join(map(repr, allowed))}")
+        elif value is not None:
+            raise ValueError(f"{key}: {value!r} is set but {recipe_key} is {recipe!r}; a granularity applies to "
+                             f"{recipe_key}='mxfp8' only (leave it unset)")
 
     @property
     def auto_filter(self) -> bool:
