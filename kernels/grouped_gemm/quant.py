@@ -49,3 +49,43 @@ def to_mxfp8_blocked(x: torch.Tensor, dim: int = -1, block: int = 32, tile: int 
     if along_rows:
         data, scale = data.transpose(-1, -2), scale.transpose(-1, -2)
     return data.contiguous().view(torch.float8_e4m3fn), scale.contiguous()
+
+
+def blockwise_scale_buffers(R: int, C: int, tile: bool, device):
+    """fp32 scale tensors for fp8 data [R, C] in the layouts cuBLAS's blockwise GEMMs read (torch's F.scaled_mm
+    checks them exactly). Returns (base, scale, stride_i, stride_j): `base` is a CONTIGUOUS tensor (what a kernel
+    writes: no compiler can re-lay it out under the kernel), `scale` the view handed on, region (i, j) at
+    base + i * stride_i + j * stride_j:
+      tile=False  1x128 along C: scale [R, C/128] with strides (1, R) (outer-dim-major) = base [C/128, R] transposed
+      tile=True   128x128: base = scale, row-major [R/128, round_up(C/128, 4)], 1.0 in the padding columns (cuBLAS
+                  reads its transpose: K-block-major with a 16-byte aligned column stride)"""
+    if tile:
+        L4 = -(-(C // 128) // 4) * 4
+        base = torch.ones((R // 128, L4), dtype=torch.float32, device=device)
+        return base, base, L4, 1
+    base = torch.empty((C // 128, R), dtype=torch.float32, device=device)
+    return base, base.t(), 1, R
+
+
+def to_mx128_blockwise_reference(x: torch.Tensor, tile: bool, do_row: bool = True, do_col: bool = True,
+                                 col_tile: bool | None = None):
+    """Plain PyTorch twin of quant_triton.to_mx128_blockwise (bit for bit, same layouts): x [M, K] ->
+    ((row_data [M, K], row_scale), (col_data [K, M], col_scale)), MXFP8 numbers shared over 1x128 blocks
+    (tile=False) or 128x128 tiles (tile=True), scales as fp32 factors 2^e in cuBLAS's blockwise layouts
+    (blockwise_scale_buffers; a copy not asked for is (None, None))."""
+    from kernels.mxfp8.reference import e8m0_to_fp32
+
+    col_tile = tile if col_tile is None else col_tile
+
+    def one(t, tile):  # t [R, C] scaled along C -> (data, scale in its cuBLAS layout)
+        R, C = t.shape
+        T = 128 if tile else 1
+        q, s = to_mxfp8_blocked(t, -1, 128, T)
+        f = e8m0_to_fp32(s[::T, ::128 // BLOCK])  # one factor per region
+        _, buf, _, _ = blockwise_scale_buffers(R, C, tile, t.device)
+        (buf[:, : C // 128] if tile else buf).copy_(f)
+        return q, buf
+
+    row = one(x, tile) if do_row else (None, None)
+    col = one(x.t(), col_tile) if do_col else (None, None)
+    return row, col

@@ -1,4 +1,8 @@
-"""One-read Triton quantizer for the grouped-GEMM operands with shared scales (quant.py's rule, on GPU).
+"""One-read Triton quantizers for GEMM operands with shared scales (quant.py's rule, on GPU).
+
+    to_mx128_blockwise(x, tile, do_row, do_col)   (the mx128 MXFP8 Linear; see its docstring)
+      the same numbers with row_block = col_block = 128 (and 128x128 tiles if tile), but the scales written
+      once per region as fp32 factors in the layouts cuBLAS's blockwise GEMMs read.
 
     to_mxfp8_blocked_rowcol(x, row_block, row_tile, col_block, col_tile, do_row, do_col, limit)
 
@@ -21,7 +25,9 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+from torch.library import wrap_triton
 
+from kernels.grouped_gemm.quant import blockwise_scale_buffers
 from kernels.mxfp8.triton import (
     _INTERPRET,
     _as_kernel_input,
@@ -38,13 +44,24 @@ BK = 128  # columns (features / K) per program
 
 
 @triton.jit
+def _e8m0_fp32(sb):
+    """E8M0 byte (int32 0..255) -> fp32 2^(sb-127) (sb 0: the subnormal 2^-127), NaN for 255."""
+    f = tl.where(sb == 0, 0x00400000, sb << 23).to(tl.float32, bitcast=True)
+    return tl.where(sb == 255, float("nan"), f)
+
+
+@triton.jit
 def _blocked_rowcol_kernel(
     x_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, limit_ptr,
     M, K, MC, sxb, sqrb, ssrb, sqcb, sscb,
     BM: tl.constexpr, BK: tl.constexpr, RB: tl.constexpr, RT: tl.constexpr, CB: tl.constexpr,
     CT: tl.constexpr, DO_ROW: tl.constexpr, DO_COL: tl.constexpr, USE_LIMIT: tl.constexpr,
     HW_CAST: tl.constexpr, IS_BF16: tl.constexpr,
+    F32: tl.constexpr = False, sr0=0, sr1=0, sc0=0, sc1=0,
 ):
+    # F32 (RB == CB == BK == 128): instead of E8M0 bytes per 1x32 block, ONE fp32 factor 2^e per scale region
+    # (what cuBLAS's blockwise GEMMs multiply by), stored at s + i * s?0 + j * s?1 for region (i, j) of the copy:
+    # any layout cuBLAS wants (outer-major 1x128, padded K-block-major tiles), with no relayout afterwards.
     pid_m = tl.program_id(0)
     pid_k = tl.program_id(1)
     b = tl.program_id(2).to(tl.int64)
@@ -67,11 +84,16 @@ def _blocked_rowcol_kernel(
         cr = _encode(xr * _multiplier(ar, er, HW_CAST)[:, :, None], (ar >= 0x7F800000)[:, :, None], HW_CAST)
         tl.store(qr_ptr + b * sqrb + m0 * K + k0 + offs, tl.reshape(cr, [BM, BK]),
                  mask=rmask[:, None] & cmask[None, :])
-        sb = _scale_byte(ar, er).to(tl.uint8)
-        sb32 = tl.reshape(tl.broadcast_to(sb[:, :, None], [BM, BK // RB, RB // 32]), [BM, BK // 32])
-        kb = tl.arange(0, BK // 32)
-        tl.store(sr_ptr + b * ssrb + m0 * (K // 32) + pid_k * (BK // 32) + r[:, None] * (K // 32) + kb[None, :],
-                 sb32, mask=rmask[:, None] & (pid_k * (BK // 32) + kb < K // 32)[None, :])
+        if F32:  # [BM, 1] regions: one per row (RT == 1) or one per tile (RT == BM, row 0 stores it)
+            f = tl.reshape(_e8m0_fp32(_scale_byte(ar, er)), [BM])
+            i = rows.to(tl.int64) // RT
+            tl.store(sr_ptr + i * sr0 + pid_k * sr1, f, mask=rmask & ((r % RT) == 0))
+        else:
+            sb = _scale_byte(ar, er).to(tl.uint8)
+            sb32 = tl.reshape(tl.broadcast_to(sb[:, :, None], [BM, BK // RB, RB // 32]), [BM, BK // 32])
+            kb = tl.arange(0, BK // 32)
+            tl.store(sr_ptr + b * ssrb + m0 * (K // 32) + pid_k * (BK // 32) + r[:, None] * (K // 32) + kb[None, :],
+                     sb32, mask=rmask[:, None] & (pid_k * (BK // 32) + kb < K // 32)[None, :])
     if DO_COL:
         if USE_LIMIT:
             keep = rows < tl.load(limit_ptr)
@@ -86,11 +108,17 @@ def _blocked_rowcol_kernel(
         cc = tl.reshape(cc, [BM, BK])
         tl.store(qc_ptr + b * sqcb + k0 * MC + m0 + c[None, :] * MC + r[:, None], cc,
                  mask=(rows < MC)[:, None] & cmask[None, :])
-        sc = _scale_byte(ac, ec).to(tl.uint8)
-        sc32 = tl.reshape(tl.broadcast_to(sc[:, None, :], [BM // CB, CB // 32, BK]), [BM // 32, BK])
-        mb = tl.arange(0, BM // 32)
-        tl.store(sc_ptr + b * sscb + k0 * (MC // 32) + pid_m * (BM // 32) + c[None, :] * (MC // 32) + mb[:, None],
-                 sc32, mask=(pid_m * (BM // 32) + mb < MC // 32)[:, None] & cmask[None, :])
+        if F32:  # [1, BK] regions: one per column of x (CT == 1) or one per tile (CT == BK, column 0 stores it)
+            f = tl.reshape(_e8m0_fp32(_scale_byte(ac, ec)), [BK])
+            cols = pid_k * BK + c
+            j = cols.to(tl.int64) // CT
+            tl.store(sc_ptr + j * sc0 + pid_m * sc1, f, mask=cmask & ((c % CT) == 0))
+        else:
+            sc = _scale_byte(ac, ec).to(tl.uint8)
+            sc32 = tl.reshape(tl.broadcast_to(sc[:, None, :], [BM // CB, CB // 32, BK]), [BM // 32, BK])
+            mb = tl.arange(0, BM // 32)
+            tl.store(sc_ptr + b * sscb + k0 * (MC // 32) + pid_m * (BM // 32) + c[None, :] * (MC // 32) + mb[:, None],
+                     sc32, mask=(pid_m * (BM // 32) + mb < MC // 32)[:, None] & cmask[None, :])
 
 
 _CONFIGS = [triton.Config({}, num_warps=w) for w in (8, 16)]
@@ -148,6 +176,97 @@ def _(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col):
             x3.new_empty((B, M, K // 32) if do_row else (0,), dtype=u8),
             x3.new_empty((B, K, MC) if do_col else (0,), dtype=f8),
             x3.new_empty((B, K, MC // 32) if do_col else (0,), dtype=u8))
+
+
+# Fixed launch configuration for to_mx128_blockwise (not autotuned, so that torch.compile traces the launch into
+# its generated code through torch.library.triton_op: no Python launcher or custom-op dispatch per call, which
+# costs ~0.25 ms of host time on torch 2.11; kernels/float8_cast says the same). 8 warps: one of _CONFIGS.
+BLOCKWISE_NUM_WARPS = 8
+
+
+def _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast=None, num_warps=None):
+    M, K = x.shape
+    dev, u8 = x.device, torch.uint8
+    qr = torch.empty((M, K) if do_row else (0,), dtype=u8, device=dev)
+    qc = torch.empty((K, M) if do_col else (0,), dtype=u8, device=dev)
+    none = (torch.empty(0, device=dev),) * 2 + (0, 0)
+    # the kernel writes the contiguous bases; the (transposed) views go out after it
+    br, sr, sr0, sr1 = blockwise_scale_buffers(M, K, tile, dev) if do_row else none
+    bc, sc, sc0, sc1 = blockwise_scale_buffers(K, M, col_tile, dev) if do_col else none
+    if (do_row or do_col) and M * K:
+        hw = default_hw_cast(dev) if hw_cast is None else hw_cast
+        xin, is_bf16 = _as_kernel_input(x)
+        lim = xin  # USE_LIMIT=False never reads it: no memset launch per call
+        grid = (triton.cdiv(M, BM), triton.cdiv(K, BK), 1)
+        wrap_triton(_blocked_rowcol_kernel)[grid](
+            xin, qr, br, qc, bc, lim, M, K, M, 0, 0, 0, 0, 0,
+            BM=BM, BK=BK, RB=BK, RT=BM if tile else 1, CB=BM, CT=BK if col_tile else 1, DO_ROW=do_row,
+            DO_COL=do_col, USE_LIMIT=False,
+            HW_CAST=hw, IS_BF16=is_bf16, F32=True, sr0=sr0, sr1=sr1, sc0=sc0, sc1=sc1,
+            num_warps=num_warps or (4 if _INTERPRET else BLOCKWISE_NUM_WARPS),
+        )
+    f8 = torch.float8_e4m3fn
+    return qr.view(f8), sr, qc.view(f8), sc
+
+
+@torch.library.triton_op("titan_fp8::mx128_blockwise_rowcol", mutates_args=())
+def _blockwise_triton_op(x: torch.Tensor, tile: bool, col_tile: bool, do_row: bool,
+                         do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _run_blockwise(x, tile, col_tile, do_row, do_col)
+
+
+# The same as an opaque custom op: torch.compile calls it through the dispatcher (host time per call). The
+# interpreter cannot be traced through a triton op (its fake-tensor trace touches data pointers), so CPU tests
+# of compiled code use this one; TRACED_LAUNCH = False picks it on the GPU too (benchmarks compare the two).
+@torch.library.custom_op("titan_fp8::mx128_blockwise_rowcol_opaque", mutates_args=())
+def _blockwise_custom_op(x: torch.Tensor, tile: bool, col_tile: bool, do_row: bool,
+                         do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _run_blockwise(x, tile, col_tile, do_row, do_col)
+
+
+@_blockwise_custom_op.register_fake
+def _(x, tile, col_tile, do_row, do_col):
+    M, K = x.shape
+    f8 = torch.float8_e4m3fn
+    empty = x.new_empty((0,), dtype=torch.float32)
+    return (x.new_empty((M, K) if do_row else (0,), dtype=f8),
+            blockwise_scale_buffers(M, K, tile, x.device)[1] if do_row else empty,
+            x.new_empty((K, M) if do_col else (0,), dtype=f8),
+            blockwise_scale_buffers(K, M, col_tile, x.device)[1] if do_col else empty)
+
+
+TRACED_LAUNCH = not _INTERPRET
+
+
+def to_mx128_blockwise(x: torch.Tensor, tile: bool, *, col_tile: bool | None = None, do_row: bool = True,
+                       do_col: bool = True, hw_cast: bool | None = None, num_warps: int | None = None):
+    """x [M, K] (bf16/fp16/fp32) -> (row_data [M, K], row_scale, col_data [K, M] (x^T), col_scale) from ONE
+    read: MXFP8 numbers (e4m3, power-of-two scales by the E8M0 rule of kernels.mxfp8, non-finite regions NaN)
+    shared over 1x128 blocks (tile=False: along K for the row copy, along M for the column copy) or 128x128
+    tiles (tile=True; col_tile, default tile, picks it for the column copy alone), with the scales as fp32 factors 2^e (data * 2^e = x) in cuBLAS's blockwise layouts
+    (quant.blockwise_scale_buffers). A copy not asked for is None. K % 128 == 0; M % 128 == 0 when tile or do_col.
+    Bit-identical to quant.to_mx128_blockwise_reference. Runs as the triton op titan_fp8::mx128_blockwise_rowcol
+    (torch.compile traces its launch; TRACED_LAUNCH) or the opaque custom op ..._opaque (interpreter), unless
+    hw_cast / num_warps are forced."""
+    who = "to_mx128_blockwise"
+    if x.ndim != 2:
+        raise ValueError(f"{who}: x must be [M, K], got shape {tuple(x.shape)}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"{who}: x.dtype is {x.dtype}; expected bf16, fp16 or fp32")
+    if not (x.is_cuda or _INTERPRET):
+        raise RuntimeError(f"{who}: x is on {x.device}; needs CUDA or TRITON_INTERPRET=1")
+    M, K = x.shape
+    col_tile = tile if col_tile is None else col_tile
+    if K % BK or ((tile or do_col) and M % BM):
+        raise ValueError(f"{who}: x of shape {tuple(x.shape)}: K must be a multiple of {BK}, and M too for "
+                         f"128x128 tiles or the column copy")
+    x = x.contiguous()
+    if hw_cast is not None or num_warps is not None:
+        qr, sr, qc, sc = _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast, num_warps)
+    else:
+        op = _blockwise_triton_op if TRACED_LAUNCH else _blockwise_custom_op
+        qr, sr, qc, sc = op(x, tile, col_tile, do_row, do_col)
+    return (qr, sr) if do_row else (None, None), (qc, sc) if do_col else (None, None)
 
 
 def to_mxfp8_blocked_rowcol(x: torch.Tensor, *, row_block: int = 128, row_tile: int = 1, col_block: int = 128,

@@ -1,4 +1,5 @@
-"""The blockwise recipe's cuBLAS path, checked on CPU.
+"""The blockwise recipe's cuBLAS path, checked on CPU; also mxfp8 with linear_granularity="mx128", which runs the same
+autograd function with power-of-two scales that its quantizers write straight into cuBLAS's layouts (pow2=True).
 
 On the GPU the blockwise GEMMs go through torch.nn.functional.scaled_mm (BlockWise1x128 x BlockWise128x128 for
 the forward and grad-input GEMMs, BlockWise1x128 x BlockWise1x128 for the weight gradient). Here the autograd
@@ -166,14 +167,20 @@ MODEL_SHAPES = [
 ]
 
 
+# (pow2, xt_tile): the blockwise recipe; mx128; mx128 with grad-weight's x^T in 128x128 tiles
+MODES = [(False, False), (True, False), (True, True)]
+MODE_IDS = ["blockwise", "mx128", "mx128_xt_tiles"]
+
+
+@pytest.mark.parametrize("pow2,xt_tile", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("name,M,K,N", MODEL_SHAPES, ids=[s[0] for s in MODEL_SHAPES])
-def test_scaled_mm_arguments_pass_the_gpu_checks(recorder, monkeypatch, name, M, K, N):
+def test_scaled_mm_arguments_pass_the_gpu_checks(recorder, monkeypatch, name, M, K, N, pow2, xt_tile):
     """Forward, grad-input and grad-weight GEMM arguments at the real shapes (meta device: no data)."""
     # on meta tensors the custom op would answer from its fake kernel: call its body instead
     monkeypatch.setattr(f8linear, "blockwise_scaled_mm", f8linear._cublas_blockwise_mm)
     x = torch.empty(2, M // 2, K, device="meta", dtype=torch.bfloat16, requires_grad=True)
     w = torch.empty(N, K, device="meta", dtype=torch.bfloat16, requires_grad=True)
-    y = f8linear._BlockwiseMM.apply(x, w, False)
+    y = f8linear._BlockwiseMM.apply(x, w, False, pow2, True, xt_tile)
     assert y.shape == (2, M // 2, N)
     y.backward(torch.empty_like(y))
     assert x.grad.shape == x.shape and w.grad.shape == w.shape and w.grad.dtype == w.dtype
@@ -181,7 +188,7 @@ def test_scaled_mm_arguments_pass_the_gpu_checks(recorder, monkeypatch, name, M,
     got = [(c["M"], c["K"], c["N"], c["recipe_a"], c["recipe_b"]) for c in recorder.calls]
     assert got == [(M, K, N, vec, tile),    # forward      y  = x @ w.T
                    (M, N, K, vec, tile),    # grad-input   dx = g @ w
-                   (N, M, K, vec, vec)]     # grad-weight  dw = g.T @ x
+                   (N, M, K, vec, tile if xt_tile else vec)]     # grad-weight  dw = g.T @ x
 
 
 def _blocky(rows, cols, gen, tile_rows):
@@ -197,8 +204,9 @@ def sqnr(ref, got):
     return (20 * torch.log10(ref.norm() / (ref - got).norm())).item()
 
 
+@pytest.mark.parametrize("pow2,xt_tile", MODES, ids=MODE_IDS)
 @pytest.mark.parametrize("M,K,N", [(256, 384, 640), (384, 640, 256), (128, 1152, 384)])
-def test_scaled_mm_path_reproduces_emulation(recorder, M, K, N):
+def test_scaled_mm_path_reproduces_emulation(recorder, M, K, N, pow2, xt_tile):
     """Real data: the cuBLAS-path arguments, read where cuBLAS reads them, give the emulate path's forward and
     both gradients (only the bf16 rounding of cuBLAS's output differs)."""
     gen = torch.Generator().manual_seed(torch.seed() % 2**31)
@@ -208,7 +216,7 @@ def test_scaled_mm_path_reproduces_emulation(recorder, M, K, N):
 
     def fwd_bwd(emulate):
         xq, wq = x.clone().requires_grad_(), w.clone().requires_grad_()
-        y = f8linear._BlockwiseMM.apply(xq, wq, emulate)
+        y = f8linear._BlockwiseMM.apply(xq, wq, emulate, pow2, True, xt_tile)
         y.backward(g)
         return y, xq.grad, wq.grad
 
@@ -222,7 +230,8 @@ def test_scaled_mm_path_reproduces_emulation(recorder, M, K, N):
         assert sqnr(b, a) >= 50.0, f"{what}: cuBLAS-path arguments vs emulation {sqnr(b, a):.1f} dB"
 
 
-def test_scaled_mm_path_under_torch_compile(recorder):
+@pytest.mark.parametrize("pow2,xt_tile", MODES, ids=MODE_IDS)
+def test_scaled_mm_path_under_torch_compile(recorder, pow2, xt_tile):
     """Under torch.compile (dynamo + AOT autograd; aot_eager, as inductor's CPU codegen is not what is tested
     here) the cuBLAS path traces in one graph through the op's fake kernel, and at run time passes the same
     checked arguments and gives eager's result. (The op is opaque to inductor on the GPU, so inductor cannot
@@ -233,7 +242,7 @@ def test_scaled_mm_path_under_torch_compile(recorder):
     w = _blocky(640, 384, gen, BLOCK) * 0.02
 
     def fwd(x, w):
-        return f8linear._BlockwiseMM.apply(x, w, False)
+        return f8linear._BlockwiseMM.apply(x, w, False, pow2, True, xt_tile)
 
     def step(f):
         xq, wq = x.clone().requires_grad_(), w.clone().requires_grad_()
@@ -247,3 +256,23 @@ def test_scaled_mm_path_under_torch_compile(recorder):
     assert n_eager == 3 and len(recorder.calls) == 6
     for what, a, b in zip(("output", "grad_input", "grad_weight"), eager, compiled):
         assert sqnr(a, b) >= 50.0, f"{what}: compiled vs eager {sqnr(a, b):.1f} dB"
+
+
+def test_mx128_scales_reach_cublas_without_a_copy(recorder, monkeypatch):
+    """mx128's quantizers write the scale factors in exactly the layouts the checks demand, so the op passes
+    them through as they are: no reciprocal, no transposing or padding copy inside the opaque op."""
+    seen = []
+    real_args = f8linear.blockwise_scaled_mm_args
+
+    def spy(a_q, a_s, b_q, b_s, b_is_tile, inverse=False):
+        out = real_args(a_q, a_s, b_q, b_s, b_is_tile, inverse)
+        seen.append((out[2].data_ptr() == a_s.data_ptr(), out[4].data_ptr() == b_s.data_ptr(), inverse))
+        return out
+    monkeypatch.setattr(f8linear, "blockwise_scaled_mm_args", spy)
+    gen = torch.Generator().manual_seed(2)
+    x = _blocky(256, 384, gen, 1).requires_grad_()
+    w = (_blocky(640, 384, gen, BLOCK) * 0.02).requires_grad_()
+    for xt_tile in (False, True):
+        seen.clear()
+        f8linear._BlockwiseMM.apply(x, w, False, True, True, xt_tile).sum().backward()
+        assert seen == [(True, True, True)] * 3

@@ -24,6 +24,13 @@ MOE_RECIPES = ("none", "fp8_rowwise", "mxfp8")
 # equal to titan_fp8.float8.experts.GRANULARITIES (a test checks; the config imports no kernels).
 MOE_GRANULARITIES = {"mx128": 128, "mx32": 32, "mx32_plain": 32}
 DEFAULT_MOE_GRANULARITY = "mx128"
+# mxfp8 Linear granularity (`linear_granularity`) -> dims of a converted Linear must be multiples of this:
+#   "mx32"   OCP MX: E8M0 scale per 1x32 block of x / grad_out, per 32x32 tile of w. Hopper has no MXFP8 MMA:
+#            the operands are dequantized to bf16 for cuBLAS.
+#   "mx128"  MXFP8 numbers (e4m3, power-of-two scales) shared over 1x128 blocks of x / grad_out and 128x128
+#            tiles of w: the GEMMs run on cuBLAS's fp8 blockwise kernels (linear.py).
+LINEAR_GRANULARITIES = {"mx32": 32, "mx128": 128}
+DEFAULT_LINEAR_GRANULARITY = "mx32"
 # fp8_rowwise: torch._scaled_grouped_mm wants every group's rows 16-aligned
 FP8_ROWWISE_TOKEN_ALIGN = 16
 
@@ -91,6 +98,9 @@ class Float8Config:
     moe_granularity: mxfp8 experts only: "mx128" (default when moe_recipe_name = "mxfp8"), "mx32" or
         "mx32_plain" (titan_fp8/float8/experts.py says what each shares a scale over). Left unset (None) for
         the other MoE recipes; setting it there is an error (it would mean nothing).
+    linear_granularity: recipe_name = "mxfp8" only: "mx32" (default; OCP MX 1x32 blocks, dequantized to bf16
+        for the GEMMs on Hopper) or "mx128" (scales shared over 1x128 blocks / 128x128 weight tiles; GEMMs on
+        cuBLAS fp8 blockwise; Linear dims must be multiples of 128). Unset (None) for the other recipes.
     enable_fsdp_float8_all_gather covers the expert weights too (expert_weights.py; not with "mx32_plain",
     whose two differently scaled weight copies cannot come from one gathered copy).
     """
@@ -102,6 +112,7 @@ class Float8Config:
     emulate: bool = False
     moe_recipe_name: str = "none"
     moe_granularity: Optional[str] = None
+    linear_granularity: Optional[str] = None
     dispatch_dtype: str = "bf16"  # expert parallelism's dispatch all-to-all (validated in titan_fp8.config)
     recipe: Recipe = field(init=False, repr=False, compare=False)
 
@@ -112,16 +123,10 @@ class Float8Config:
         if self.moe_recipe_name not in MOE_RECIPES:
             raise ValueError(f"moe_recipe_name: {self.moe_recipe_name!r} is not an MoE expert recipe; allowed: "
                              f"{', '.join(map(repr, MOE_RECIPES))}")
-        if self.moe_recipe_name == "mxfp8":
-            if self.moe_granularity is None:
-                object.__setattr__(self, "moe_granularity", DEFAULT_MOE_GRANULARITY)
-            if self.moe_granularity not in MOE_GRANULARITIES:
-                raise ValueError(f"moe_granularity: {self.moe_granularity!r} is not an MXFP8 expert granularity; "
-                                 f"allowed: {', '.join(map(repr, MOE_GRANULARITIES))}")
-        elif self.moe_granularity is not None:
-            raise ValueError(f"moe_granularity: {self.moe_granularity!r} is set but moe_recipe_name is "
-                             f"{self.moe_recipe_name!r}; a granularity applies to moe_recipe_name='mxfp8' only "
-                             f"(leave it unset)")
+        self._check_granularity("moe_granularity", "moe_recipe_name", "expert", MOE_GRANULARITIES,
+                                DEFAULT_MOE_GRANULARITY)
+        self._check_granularity("linear_granularity", "recipe_name", "Linear", LINEAR_GRANULARITIES,
+                                DEFAULT_LINEAR_GRANULARITY)
         if self.enable_fsdp_float8_all_gather and self.moe_granularity == "mx32_plain":
             raise ValueError("moe_granularity: 'mx32_plain' cannot be all-gathered in float8 "
                              "(enable_fsdp_float8_all_gather): it scales the expert weights 1x32 along K for "
@@ -145,9 +150,34 @@ class Float8Config:
                                  f"float8 experts (moe_recipe_name); {self.recipe_name!r} scales are local to "
                                  f"each shard, so its float8 all-gather already runs without any AMAX all-reduce")
 
+    def _check_granularity(self, key: str, recipe_key: str, what: str, allowed: dict, default: str) -> None:
+        """`key` applies to getattr(self, recipe_key) == "mxfp8" only: defaulted there, an error elsewhere."""
+        value, recipe = getattr(self, key), getattr(self, recipe_key)
+        if recipe == "mxfp8":
+            if value is None:
+                object.__setattr__(self, key, default)
+            elif value not in allowed:
+                raise ValueError(f"{key}: {value!r} is not an MXFP8 {what} granularity; allowed: "
+                                 f"{', '.join(map(repr, allowed))}")
+        elif value is not None:
+            raise ValueError(f"{key}: {value!r} is set but {recipe_key} is {recipe!r}; a granularity applies to "
+                             f"{recipe_key}='mxfp8' only (leave it unset)")
+
     @property
     def auto_filter(self) -> bool:
         return AUTO_FILTER in self.filter_fqns
+
+    @property
+    def linear_dim_multiple(self) -> int:
+        """in_features and out_features of a converted Linear must be multiples of this (the recipe's, or the
+        mxfp8 granularity's block / tile)."""
+        if self.recipe_name == "mxfp8":
+            return LINEAR_GRANULARITIES[self.linear_granularity]
+        return self.recipe.dim_multiple
+
+    @property
+    def mx128_linear(self) -> bool:
+        return self.recipe_name == "mxfp8" and self.linear_granularity == "mx128"
 
     @property
     def moe_block(self) -> int:

@@ -3,6 +3,9 @@
 A Linear is converted when
   - it is exactly nn.Linear (not a subclass, not already converted);
   - in_features and out_features are multiples of the recipe's dim_multiple (16; mxfp8 32; blockwise 128);
+    with recipe "mxfp8" and linear_granularity "mx128", a Linear the filters select whose dims are not
+    multiples of 128 is a start-up error naming it (exclude it with filter_fqns, or use "mx32"; dims that are
+    not even multiples of 32 are skipped, as for "mx32");
   - no entry of config.filter_fqns is a whole dotted component run of its fqn (default ("output", "router"):
     the output head and the MoE router gate `layers.<i>.moe.router.gate` stay high precision; embedding,
     norms and the attention core are not nn.Linear and are never touched);
@@ -57,11 +60,21 @@ def convert_to_float8_training(model: nn.Module, config: Optional[Float8Config] 
                 continue
             if module_filter_fn is not None and not module_filter_fn(child, fqn):
                 continue
+            _check_linear_dims(child, fqn, config)
             setattr(parent, name, Float8Linear.from_linear(child, config))
     if config.moe_recipe_name != "none":
         convert_experts(model, config, module_filter_fn)
     _stamp_scale_group(model)
     return model
+
+
+def _check_linear_dims(mod: nn.Linear, fqn: str, config: Float8Config) -> None:
+    m = config.linear_dim_multiple
+    if mod.in_features % m or mod.out_features % m:
+        raise ValueError(f"linear_granularity: {fqn} [in_features={mod.in_features}, out_features="
+                         f"{mod.out_features}] cannot run recipe_name='mxfp8' with linear_granularity="
+                         f"{config.linear_granularity!r}: its dims must be multiples of {m}; exclude it with "
+                         f"filter_fqns=[..., {fqn.rsplit('.', 1)[-1]!r}] or use linear_granularity='mx32'")
 
 
 def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=None) -> None:
@@ -144,13 +157,14 @@ def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
     for fqn, mod in model.named_modules():
         if not isinstance(mod, Float8Linear) or not mod.float8_config.enable_fsdp_float8_all_gather:
             continue
-        rows = mod.out_features
-        if mod.float8_config.recipe_name == "mxfp8" and (rows % world_size or (rows // world_size) % 32):
-            bad.append(f"{fqn} [out_features={rows}]")
+        rows, c = mod.out_features, mod.float8_config
+        tile = c.linear_dim_multiple
+        if c.recipe_name == "mxfp8" and (rows % world_size or (rows // world_size) % tile):
+            bad.append(f"{fqn} [out_features={rows}]" + (" (mx128)" if tile == 128 else ""))
     if bad:
         raise ValueError(f"enable_fsdp_float8_all_gather: with recipe 'mxfp8' every FSDP shard must hold a multiple "
-                         f"of 32 rows (32x32 tiles must not straddle shards); over {world_size} ranks these do not: "
-                         f"{', '.join(bad)}")
+                         f"of the weight tile's rows (32 for mx32, 128 for mx128: tiles must not straddle shards); "
+                         f"over {world_size} ranks these do not: {', '.join(bad)}")
     # Expert weights gather over any number of ranks and shard placements (scale groups that straddle shards
     # take the one AMAX all-reduce), so only their pairing with a float8 expert module can be wrong.
     from .expert_weights import Float8ExpertWeight

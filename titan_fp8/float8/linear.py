@@ -8,8 +8,12 @@ GEMM operands per recipe (x [M, K] tokens, w [N, K], g = dL/dy [M, N]):
               the column amax the backward's transposed column casts use).
   blockwise   e4m3; x and g 1x128 along the contracted dim, w 128x128 tiles (one quantization serves forward
               and grad-input). GPU: torch.nn.functional.scaled_mm BlockWise1x128 / BlockWise128x128.
-  mxfp8       e4m3 + E8M0 per 32 along the contracted dim (kernels.mxfp8); w one scale per 32x32 tile.
-              Hopper has no MXFP8 MMA: the operands are dequantized to bf16 and multiplied by cuBLAS.
+  mxfp8       linear_granularity "mx32" (default): e4m3 + E8M0 per 32 along the contracted dim (kernels.mxfp8); w
+              one scale per 32x32 tile. Hopper has no MXFP8 MMA: the operands are dequantized to bf16 for cuBLAS.
+              "mx128": the same numbers (e4m3, power-of-two scales) shared over blockwise's blocks and tiles
+              (grad-weight's x^T: 128x128 tiles, MX128_WGRAD_X_TILES); GEMMs on cuBLAS blockwise like blockwise's
+              (one autograd function, _BlockwiseMM(pow2=True)), operands from one-read Triton quantizers that
+              write the scales in cuBLAS's layouts (kernels.grouped_gemm.quant_triton.to_mx128_blockwise).
 With emulate=True every recipe quantizes exactly as on the GPU and multiplies dequantized operands in fp32.
 """
 from __future__ import annotations
@@ -225,10 +229,12 @@ def _tile_scale_k_major_padded(s: torch.Tensor) -> torch.Tensor:
     return padded.t()
 
 
-def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool):
+def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool, inverse: bool = False):
     """Positional arguments of F.scaled_mm(mat_a, mat_b, scale_a, recipe_a, scale_b, recipe_b) computing
     a @ b.T on cuBLAS, for a [M, K] 1x128-scaled along K and b [N, K] (128x128 tiles if b_is_tile, else 1x128
-    along K); a_s, b_s are our scales (data = x * scale), cuBLAS multiplies by 1/scale.
+    along K); a_s, b_s are our scales (data = x * scale), cuBLAS multiplies by 1/scale. inverse=True: they
+    are already the factors cuBLAS multiplies by, normally in its layouts (mx128's quantizers write them so:
+    then nothing is copied; a 128x128 b_s comes as the padded [N/128, round_up(K/128, 4)] buffer).
     Layouts torch (2.11 .. 2.13, aten ScaledBlas.cpp) requires of mat_a [M, K] row-major, mat_b [K, N]
     column-major:
       scale_a                [M, K/128]                strides (1, M)
@@ -239,29 +245,36 @@ def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool):
     from torch.nn.functional import ScalingType
     mat_a = a_q.contiguous()
     mat_b = b_q.contiguous().t()
-    scale_a = _scale_outer_major(a_s.reciprocal())
+    inv = (lambda s: s) if inverse else torch.reciprocal
+    scale_a = _scale_outer_major(inv(a_s))  # no copy when the strides are right already
     if b_is_tile:
-        scale_b, recipe_b = _tile_scale_k_major_padded(b_s.reciprocal()), ScalingType.BlockWise128x128
+        k_blocks = b_q.shape[1] // BLOCK_K
+        if inverse and b_s.shape[1] == -(-k_blocks // 4) * 4:  # the padded buffer: cuBLAS reads its transpose
+            scale_b = b_s.contiguous().t()
+        else:
+            scale_b = _tile_scale_k_major_padded(inv(b_s))
+        recipe_b = ScalingType.BlockWise128x128
     else:
-        scale_b, recipe_b = _scale_outer_major(b_s.reciprocal()), ScalingType.BlockWise1x128
+        scale_b, recipe_b = _scale_outer_major(inv(b_s)), ScalingType.BlockWise1x128
     return mat_a, mat_b, scale_a, ScalingType.BlockWise1x128, scale_b, recipe_b
 
 
-def _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile: bool) -> torch.Tensor:
+def _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile: bool, inverse: bool = False) -> torch.Tensor:
     # cuBLAS blockwise writes bf16; fp32 parameters get their gradient converted afterwards
-    return F.scaled_mm(*blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile), output_dtype=torch.bfloat16)
+    return F.scaled_mm(*blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile, inverse),
+                       output_dtype=torch.bfloat16)
 
 
 @torch.library.custom_op("titan_fp8::blockwise_scaled_mm", mutates_args=())
 def blockwise_scaled_mm(a_q: torch.Tensor, a_s: torch.Tensor, b_q: torch.Tensor, b_s: torch.Tensor,
-                        b_is_tile: bool) -> torch.Tensor:
+                        b_is_tile: bool, inverse: bool = False) -> torch.Tensor:
     """bf16 a @ b.T on cuBLAS from our quantized operands (layouts: blockwise_scaled_mm_args). An opaque op
     so torch.compile cannot re-stride the padded / outer-major scale tensors that torch checks exactly."""
-    return _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile)
+    return _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse)
 
 
 @blockwise_scaled_mm.register_fake
-def _(a_q, a_s, b_q, b_s, b_is_tile):
+def _(a_q, a_s, b_q, b_s, b_is_tile, inverse=False):
     return a_q.new_empty(a_q.shape[0], b_q.shape[0], dtype=torch.bfloat16)
 
 
@@ -271,40 +284,119 @@ def _blockwise_uses_scaled_mm(t: torch.Tensor, emulate: bool) -> bool:
     return not emulate and t.is_cuda
 
 
-def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtype):
+def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtype, inverse: bool = False):
     """a [M, K] 1x128-scaled along K; b [N, K] (128x128 tiles if b_is_tile, else 1x128 along K).
-    Returns a @ b.T."""
+    Returns a @ b.T. inverse: the scales are dequantization factors (x = data * factor) in cuBLAS's layouts
+    (mx128; a 128x128 one as its padded [N/128, round_up(K/128, 4)] buffer), else our scales (x = data / scale)."""
     if not _blockwise_uses_scaled_mm(a_q, emulate):
+        if inverse:  # power-of-two factors: data * f == data / (1 / f) exactly
+            a_s = a_s.reciprocal()
+            b_s = (b_s[:, : b_q.shape[1] // BLOCK_K] if b_is_tile else b_s).reciprocal()
         a = dequantize_1x128(a_q, a_s)
         b = dequantize_128x128(b_q, b_s) if b_is_tile else dequantize_1x128(b_q, b_s)
         return (a @ b.t()).to(out_dtype)
-    return blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile).to(out_dtype)
+    return blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse).to(out_dtype)
+
+
+def _mx128_uses_triton(t: torch.Tensor, emulate: bool) -> bool:
+    """mx128 quantization: the one-read Triton quantizer (kernels.grouped_gemm.quant_triton) on CUDA, its
+    bit-identical plain PyTorch twin (kernels.grouped_gemm.quant) elsewhere and when emulating (so the GPU
+    test's emulated twin also checks the Triton quantizer). A function so CPU tests can force the Triton path
+    under TRITON_INTERPRET=1."""
+    return t.is_cuda and not emulate
+
+
+def _quantize_mx128(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool, col_tile=None):
+    """t [R, C] -> (row copy, col copy), each (data e4m3, fp32 factor 2^e) or None where not asked for: MXFP8
+    numbers with power-of-two scales shared over 1x128 blocks (row: along C; col, t^T [C, R]: along R) or
+    128x128 tiles (tile; col_tile, default tile, for the col copy alone), the factors already in the layout
+    cuBLAS reads (kernels.grouped_gemm.quant blockwise_scale_buffers). One read of t on CUDA; no aten
+    transposing copy of t."""
+    col_tile = tile if col_tile is None else col_tile
+    if _mx128_uses_triton(t, emulate):
+        from kernels.grouped_gemm.quant_triton import to_mx128_blockwise
+        row, col = to_mx128_blockwise(t, tile, col_tile=col_tile, do_row=rows, do_col=cols)
+    else:
+        from kernels.grouped_gemm.quant import to_mx128_blockwise_reference
+        row, col = to_mx128_blockwise_reference(t, tile, rows, cols, col_tile)
+    return (row if rows else None), (col if cols else None)
+
+
+def _quantize_blockwise(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool, col_tile=None):
+    """The blockwise recipe's operands, as _quantize_mx128's copies but with our scales 448 / amax (data = x *
+    scale) in plain logical layouts (blockwise_scaled_mm_args lays them out for cuBLAS); aten ops."""
+    if tile:
+        q, s = quantize_128x128(t)
+        return (q, s) if rows else None, (q.t(), s.t()) if cols else None
+    return quantize_1x128(t) if rows else None, quantize_1x128(t.t()) if cols else None
+
+
+# mx128: grad-weight's x^T operand as 128x128 tiles (128 tokens x 128 features share a scale) rather than 1x128
+# blocks along tokens (g^T keeps 1x128 blocks along tokens). cuBLAS runs that GEMM with its 1x128 x 128x128 kernel,
+# ~1.27x faster than its 1x128 x 1x128 one: on an H100 at 8192x4096->4096 grad-weight takes 215 us instead of 269,
+# and the whole op fwd+bwd 1.314x bf16 instead of 1.230x (benchmarks/results/float8_linear_mx128-*.md). The price
+# is a coarser scale for x in grad-weight only: a feature channel far above its 127 neighbours in a tile costs
+# them precision there. False restores 1x128 blocks (the numerics DeepSeek-V3 uses for that operand).
+MX128_WGRAD_X_TILES = True
 
 
 class _BlockwiseMM(torch.autograd.Function):
+    """y = x @ w.T with 1x128 blocks of x / grad_out along the contracted dim, 128x128 tiles of w (one
+    quantization serves the forward and grad-input GEMMs), 1x128 blocks along tokens for grad-weight; GPU GEMMs
+    on cuBLAS blockwise (blockwise_scaled_mm), emulated ones in fp32. `pow2` picks the numbers:
+      False  recipe "blockwise": fp32 scales 448 / amax (DeepSeek V3), quantized with aten ops
+      True   recipe "mxfp8", linear_granularity "mx128": MXFP8's E8M0 rule (power-of-two scales, NaN/inf blocks
+             NaN), quantized with kernels.grouped_gemm's one-read quantizers; forward keeps x^T (the grad-weight
+             operand, written from the same read as x's forward copy) instead of x, and w^T (grad-input's
+             operand, from the same read as w's forward copy): 1 byte per element each."""
+
     @staticmethod
-    def forward(ctx, x, w, emulate: bool):
+    def forward(ctx, x, w, emulate: bool, pow2: bool = False, grad: bool = True, xt_tile: bool = False):
+        # grad: the caller's grad mode (forward itself always runs under no_grad, and needs_input_grad ignores
+        # it): evaluation writes no backward copies and takes any number of tokens.
+        # xt_tile (mx128 only): grad-weight's x^T operand in 128x128 tiles (tokens x features) instead of 1x128
+        # blocks along tokens (MX128_WGRAD_X_TILES says why one would)
         x2 = x.reshape(-1, x.shape[-1])
-        xq, xs = quantize_1x128(x2)
-        wq, ws = quantize_128x128(w)
-        ctx.save_for_backward(x2, wq, ws)
-        ctx.emulate, ctx.w_dtype = emulate, w.dtype
-        out = _blockwise_gemm(xq, xs, wq, ws, True, emulate, x.dtype)
+        need_gx, need_gw = grad and ctx.needs_input_grad[0], grad and ctx.needs_input_grad[1]
+        quant = _quantize_mx128 if pow2 else _quantize_blockwise
+        if pow2 and need_gw:
+            _check_rows(x2.shape[0], BLOCK_K, "mxfp8 mx128")
+        # blockwise keeps x and recasts it in backward (its aten transposing cast); mx128 writes x^T now
+        (xq, xs), xt = quant(x2, False, True, pow2 and need_gw, emulate, col_tile=pow2 and xt_tile)
+        (wq, ws), wt = quant(w, True, True, need_gx, emulate)
+        if pow2:
+            ctx.save_for_backward(*(xt or (None, None)), *(wt or (None, None)))
+        else:
+            ctx.save_for_backward(x2, wq, ws)
+        ctx.emulate, ctx.w_dtype, ctx.pow2, ctx.xt_tile = emulate, w.dtype, pow2, pow2 and xt_tile
+        out = _blockwise_gemm(xq, xs, wq, ws, True, emulate, x.dtype, pow2)
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
     def backward(ctx, g):
-        x2, wq, ws = ctx.saved_tensors
         g2 = g.reshape(-1, g.shape[-1])
-        _check_rows(g2.shape[0], BLOCK_K, "blockwise")
-        gq, gs = quantize_1x128(g2)
-        # grad_input = g @ w: contraction over N; w's 128x128 tiles serve both orientations
-        grad_x = _blockwise_gemm(gq, gs, wq.t(), ws.t(), True, ctx.emulate, g.dtype)
-        # grad_weight = g.T @ x: contraction over tokens, 1x128 blocks along tokens for both
-        gtq, gts = quantize_1x128(g2.t())
-        xtq, xts = quantize_1x128(x2.t())
-        grad_w = _blockwise_gemm(gtq, gts, xtq, xts, False, ctx.emulate, ctx.w_dtype)
-        return grad_x.reshape(*g.shape[:-1], grad_x.shape[-1]), grad_w, None
+        recipe = "mxfp8 mx128" if ctx.pow2 else "blockwise"
+        _check_rows(g2.shape[0], BLOCK_K, recipe)
+        need_gx, need_gw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if ctx.pow2:
+            xtq, xts, wtq, wts = ctx.saved_tensors
+            # g in both layouts from one read: rows (1x128 along N) for grad-input, g^T (1x128 along tokens)
+            g_row, g_col = _quantize_mx128(g2, False, need_gx, need_gw, ctx.emulate)
+        else:
+            x2, wq, ws = ctx.saved_tensors
+            wtq, wts = wq.t(), ws.t()
+            g_row, g_col = _quantize_blockwise(g2, False, need_gx, need_gw, ctx.emulate)
+            if need_gw:
+                xtq, xts = quantize_1x128(x2.t())
+        grad_x = grad_w = None
+        if need_gx:
+            # grad_input = g @ w: contraction over N; w's 128x128 tiles serve both orientations
+            grad_x = _blockwise_gemm(*g_row, wtq, wts, True, ctx.emulate, g.dtype, ctx.pow2)
+            grad_x = grad_x.reshape(*g.shape[:-1], grad_x.shape[-1])
+        if need_gw:
+            # grad_weight = g.T @ x: contraction over tokens, 1x128 blocks along tokens for both
+            grad_w = _blockwise_gemm(*g_col, xtq, xts, ctx.xt_tile, ctx.emulate, ctx.w_dtype, ctx.pow2)
+        return grad_x, grad_w, None, None, None, None
 
 
 class _MXFP8MM(torch.autograd.Function):
@@ -344,8 +436,9 @@ def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg=No
                            f"Set [float8] emulate = true to run the float8 numerics on CPU.")
     if name in ("tensorwise", "rowwise"):
         return _ScaledMM.apply(x, w, name == "rowwise", cfg or linear_mm_config(config.emulate))
-    if name == "blockwise":
-        return _BlockwiseMM.apply(x, w, config.emulate)
+    if name == "blockwise" or config.mx128_linear:
+        return _BlockwiseMM.apply(x, w, config.emulate, name == "mxfp8", torch.is_grad_enabled(),
+                                  MX128_WGRAD_X_TILES)
     return _MXFP8MM.apply(x, w, config.emulate)
 
 
@@ -393,5 +486,6 @@ class Float8Linear(nn.Linear):
 
     def extra_repr(self) -> str:
         c = self.float8_config
-        return (f"{super().extra_repr()}, recipe={c.recipe_name}, float8_all_gather="
+        gran = f"/{c.linear_granularity}" if c.linear_granularity else ""
+        return (f"{super().extra_repr()}, recipe={c.recipe_name}{gran}, float8_all_gather="
                 f"{c.enable_fsdp_float8_all_gather}, emulate={c.emulate}")

@@ -98,3 +98,15 @@ def mx_quantize_weight(w: torch.Tensor):
     from kernels.mxfp8 import to_mxfp8_tiles32
     data, scale_k, _ = to_mxfp8_tiles32(w)
     return data, scale_k
+
+
+def mx_quantize_weight_tiles(w: torch.Tensor, tile: int):
+    """Weight [N, K] -> (data, scale_k [N, K/32]): MXFP8 with one E8M0 scale per tile x tile square (N, K
+    multiples of tile), written into each 1x32 block it covers (so (data, scale_k) decodes as plain MXFP8).
+    One read on CUDA (kernels.grouped_gemm.quant_triton), the bit-identical plain PyTorch rule elsewhere."""
+    if w.is_cuda:
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+        data, scale_k, _, _ = to_mxfp8_blocked_rowcol(w, row_block=tile, row_tile=tile, do_col=False)
+        return data, scale_k
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    return to_mxfp8_blocked(w, -1, tile, tile)

@@ -11,9 +11,11 @@ tensorwise  pre:  float8 e4m3 shard = saturate(shard * scale) with the REPLICATE
                   cached between gathers, never the cast shard (that would cost 1 byte per local parameter for
                   the whole step: 0.78 GiB per rank on 8 Llama-3-8B blocks over 2 GPUs).
             post: a torchao Float8TrainingTensor(data, scale): the linear does not cast the weight again.
-mxfp8       pre:  MXFP8 with one E8M0 scale per 32x32 tile (kernels.mxfp8.to_mxfp8_tiles32). Tiles lie inside a
-                  shard when each shard holds a multiple of 32 rows, so the shard quantizes exactly as the
-                  unsharded weight would: NO all-reduce at all. Data and scale bytes are both gathered.
+mxfp8       pre:  MXFP8 with one E8M0 scale per 32x32 tile (kernels.mxfp8.to_mxfp8_tiles32; linear_granularity
+                  "mx128": per 128x128 tile, kernels.grouped_gemm's quantizers). Tiles lie inside a shard when each
+                  shard holds a multiple of 32 (128) rows, so the shard quantizes exactly as the unsharded weight
+                  would: NO all-reduce at all (other shardings are a start-up error, convert.check_float8_all_gather).
+                  Data and scale bytes (one E8M0 byte per 1x32 block either way) are both gathered.
             post: the gathered MXFP8 weight decoded to the parameter dtype. The linear's tile quantization
                   of that tensor reproduces the same bytes (requantizing a decoded MXFP8 tensor on the same
                   tiles is exact), so numerics equal quantize-after-gather; the bytes on the wire are 1/32
@@ -37,7 +39,7 @@ from torch._prims_common import suggest_memory_format
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .config import E4M3, Float8Config
-from .scaling import amax_to_scale, mx_dequantize, mx_quantize_weight, to_float8_fused
+from .scaling import amax_to_scale, mx_dequantize, mx_quantize_weight, mx_quantize_weight_tiles, to_float8_fused
 
 aten = torch.ops.aten
 
@@ -182,12 +184,16 @@ class Float8TrainingWeight(torch.Tensor):
         return to_float8_fused(self._tensor, cache.scale, E4M3), cache.scale
 
     def _pre_all_gather_mxfp8(self, outer_size, world):
-        rows = outer_size[0]
-        if rows % world or (rows // world) % 32:
-            raise ValueError(f"float8 all-gather (mxfp8): weight of shape {tuple(outer_size)} sharded over {world} "
-                             f"ranks gives {rows / world:g} rows per rank; MXFP8 32x32 tiles stay inside a shard "
-                             f"only when that is a whole multiple of 32")
-        data, scale_k = mx_quantize_weight(self._tensor)
+        rows, tile = outer_size[0], self._config.linear_dim_multiple
+        if rows % world or (rows // world) % tile:
+            raise ValueError(f"float8 all-gather (mxfp8 {self._config.linear_granularity}): weight of shape "
+                             f"{tuple(outer_size)} sharded over {world} ranks gives {rows / world:g} rows per rank; "
+                             f"MXFP8 {tile}x{tile} tiles stay inside a shard only when that is a whole multiple of "
+                             f"{tile}")
+        if tile == 32:
+            data, scale_k = mx_quantize_weight(self._tensor)
+        else:
+            data, scale_k = mx_quantize_weight_tiles(self._tensor, tile)
         if world == 1:
             # FSDP2's one-rank path (torch 2.11-2.14, FSDPParamGroup.wait_for_unshard) copies only the FIRST
             # all-gather input into the unsharded parameter: the scales ride in the metadata instead.
