@@ -194,18 +194,14 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
 
 # ----------------------------------------------------------------------------------------- kernels
 @triton.jit
-def _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H, CL, MODE: tl.constexpr, K: tl.constexpr,
-                 BM: tl.constexpr, BD: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr,
-                 HALVES: tl.constexpr):
-    """This program's BM x BD tile (of CL columns; neighbouring programs walk along them) and its values."""
+def _tile(P, CL, BM: tl.constexpr, BD: tl.constexpr):
+    """This program's BM x BD tile of a [P, CL] walk (neighbouring programs walk along the columns). Only scalars
+    go in: torch.compile's analysis of which tensors a kernel writes (triton_op launches) follows every argument
+    of a call whose result feeds a store address, so addresses must not come out of a call that reads a tensor."""
     pid_m, pid_d = _tile_ids(P, CL, BM, BD, True)
     rows = pid_m.to(tl.int64) * BM + tl.arange(0, BM)
     cols = pid_d * BD + tl.arange(0, BD)
-    rmask = rows < P
-    cmask = cols < CL
-    v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, WANT_DOT,
-                         IS_BF16, HALVES)
-    return pid_m, pid_d, rows, cols, rmask, cmask, v, v2, dot
+    return pid_m, pid_d, rows, cols, rows < P, cols < CL
 
 
 @triton.jit
@@ -247,8 +243,9 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     # HALVES (MODE 3): the tile's columns are in [0, H) and it writes dh1's (cols) and dh3's (cols + H) from one
     # sigmoid and one read of da / h1 / h3.
     CL = H if HALVES else C
-    pid_m, pid_d, rows, cols, rmask, cmask, v, v2, dot = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H, CL,
-                                                                       MODE, K, BM, BD, True, IS_BF16, HALVES)
+    pid_m, pid_d, rows, cols, rmask, cmask = _tile(P, CL, BM, BD)
+    v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16,
+                         HALVES)
     if MODE == 1:
         tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
     kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
@@ -260,11 +257,10 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
                   QB, BM, BD, HW_CAST, COL_TILE)
 
 
-@triton.jit
-def _group_ends(offs_ptr, E, E_PAD: tl.constexpr):
-    """offs as int64 [E_PAD], padded with a huge end (a row's group = how many ends it is at or past)."""
-    ev = tl.arange(0, E_PAD)
-    return tl.load(offs_ptr + ev, mask=ev < E, other=2147483647).to(tl.int64)
+# The group ends, offs as int64 [E_PAD] padded with a huge end (a row's group = how many ends it is at or past), are
+# loaded in each kernel's body, not by a helper: an atomic's address depends on them, and torch.compile's write
+# analysis (see _tile) would take a helper's tensor argument, offs, for a written tensor.
+_BIG_END = tl.constexpr(2147483647)
 
 
 @triton.jit
@@ -302,7 +298,8 @@ def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot
     pid_d = pid - pid_m * n_d
     cols = pid_d * BD + tl.arange(0, BD)
     cmask = cols < CL
-    ends = _group_ends(offs_ptr, E, E_PAD)
+    ev = tl.arange(0, E_PAD)
+    ends = tl.load(offs_ptr + ev, mask=ev < E, other=_BIG_END).to(tl.int64)
     row0 = pid_m.to(tl.int64) * (SUB * BM)
     cur = tl.sum((row0 >= ends).to(tl.int32), 0)  # the group whose column maxima the registers hold
     acc = tl.zeros([BD], dtype=tl.int32)
@@ -385,9 +382,9 @@ def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, sc
     # first column strip writes s, the first row tile writes scale: no eager scale ops between the passes).
     # MODE 3: a tile of BD columns of [0, H) writes dh1's columns and dh3's (+H) from one sigmoid.
     HALVES: tl.constexpr = MODE == 3
-    pid_m, pid_d, rows, cols, rmask, cmask, v, v2, _ = _tile_values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, N, P, C, H,
-                                                                     H if HALVES else C, MODE, K, BM, BD, False,
-                                                                     IS_BF16, HALVES)
+    pid_m, pid_d, rows, cols, rmask, cmask = _tile(P, H if HALVES else C, BM, BD)
+    v, v2, _ = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, False, IS_BF16,
+                       HALVES)
     rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0))
     if pid_d == 0:
         tl.store(s_ptr + rows, rs, mask=rmask)
@@ -398,7 +395,8 @@ def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, sc
             if HALVES:
                 tl.store(scale_ptr + gg * C + H + cols,
                          _pow2_scale(tl.load(gamax_ptr + gg * C + H + cols, mask=cmask)), mask=cmask)
-    g = _group_of(_group_ends(offs_ptr, E, E_PAD), rows)
+    ev = tl.arange(0, E_PAD)
+    g = _group_of(tl.load(offs_ptr + ev, mask=ev < E, other=_BIG_END).to(tl.int64), rows)
     g0 = tl.min(tl.where(rmask, g, E), 0)
     g1 = tl.max(tl.where(rmask, g, 0), 0)
     _f8_quant_store(v, rows, rmask, cols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E, HW_CAST)
