@@ -44,12 +44,14 @@ writes both copies from one read.
 
 backend: "auto" = Triton on CUDA tensors, reference elsewhere; "reference" = plain PyTorch (any device);
 "triton" = the kernels (CPU only under TRITON_INTERPRET=1; otherwise an error, never a silent fallback).
-The Triton paths are torch.library custom ops (titan_fp8::moe_dispatch_quantize, ::moe_combine,
-::moe_combine_backward, ::moe_swiglu_quantize, ::moe_swiglu_quantize_backward) with fake implementations, so
-torch.compile and FSDP2 trace through them. (Not triton_op: its fake-tensor run launches the kernel under
-TRITON_INTERPRET, so the CPU tests could not trace it.) Outputs never require grad.
+The Triton paths are torch.library ops (titan_fp8::moe_dispatch_quantize, ::moe_combine, ::moe_combine_backward,
+::moe_swiglu_quantize, ::moe_swiglu_quantize_backward: opaque custom ops with fake implementations; on the GPU
+their triton_op twins ::moe_*_traced, whose launches torch.compile writes into its generated code: see
+TRACED_LAUNCH), so torch.compile and FSDP2 trace through them. Outputs never require grad.
 """
 from __future__ import annotations
+
+import os
 
 import torch
 
@@ -142,13 +144,60 @@ def _check_offs(who, offs):
 
 
 # ------------------------------------------------------------------------------------------ triton ops
-@torch.library.custom_op("titan_fp8::moe_dispatch_quantize", mutates_args=())
-def _dispatch_op(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int,
-                 col_tile: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+# Each op exists twice with one body (_*_impl):
+#   titan_fp8::moe_*          an opaque custom op (fake implementation below): torch.compile calls it through the
+#                             dispatcher, and its Triton kernels launch through Triton's Python launcher: ~0.2-0.3 ms
+#                             of host time per call on the H100 machine, which left the fused expert path host-bound
+#                             at llama_moe (benchmarks/results/moe_layer-H100-2026-11-23.md, runs 6-7). The
+#                             interpreter (CPU tests) can only use this one: tracing a triton op reads data pointers.
+#   titan_fp8::moe_*_traced   a torch.library.triton_op: torch.compile traces the body and emits the kernel launches
+#                             into its generated code (inductor's launcher, no dispatcher or Python launcher per call).
+# TRACED_LAUNCH picks the traced twins on the GPU (a benchmark may set it to False to compare the two).
+TRACED_LAUNCH = os.environ.get("TRITON_INTERPRET", "0") != "1"
+
+
+def _dispatch_impl(x, src, offs, recipe, block, col_tile, traced):
     (N, D), P = x.shape, src.shape[0]
     q, s, qt, st, _ = _triton().quantize_values(0, x, src, N=N, P=P, C=D, H=0, K=1, offs=offs, recipe=recipe,
-                                                block=block, who="dispatch_quantize", col_tile=col_tile)
+                                                block=block, who="dispatch_quantize", col_tile=col_tile, traced=traced)
     return q, s, qt, st
+
+
+def _combine_backward_impl(dout, y, pos, weights, src, offs, recipe, block, traced):
+    (N, D), P, k = dout.shape, src.shape[0], weights.shape[1]
+    q, s, qt, st, dots = _triton().quantize_values(1, dout, src, pos, weights, y, N=N, P=P, C=D, H=0, K=k,
+                                                   offs=offs, recipe=recipe, block=block, who="combine_backward",
+                                                   traced=traced)
+    dweights = dots.sum(0).index_select(0, pos).view(N, k)  # fixed order over the column tiles
+    return q, s, qt, st, dweights
+
+
+def _swiglu_impl(h13, offs, recipe, block, col_tile, traced):
+    P, H = h13.shape[0], h13.shape[1] // 2
+    q, s, qt, st, _ = _triton().quantize_values(2, h13, N=0, P=P, C=H, H=H, K=1, offs=offs, recipe=recipe,
+                                                block=block, who="swiglu_quantize", col_tile=col_tile, traced=traced)
+    return q, s, qt, st
+
+
+def _swiglu_backward_impl(da, h13, offs, recipe, block, traced):
+    P, H = h13.shape[0], h13.shape[1] // 2
+    q, s, qt, st, _ = _triton().quantize_values(3, da, h13, N=0, P=P, C=2 * H, H=H, K=1, offs=offs, recipe=recipe,
+                                                block=block, who="swiglu_quantize_backward", traced=traced)
+    return q, s, qt, st
+
+
+_Q4 = tuple[Tensor, Tensor, Tensor, Tensor]
+_Q5 = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+
+
+@torch.library.custom_op("titan_fp8::moe_dispatch_quantize", mutates_args=())
+def _dispatch_op(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int, col_tile: int) -> _Q4:
+    return _dispatch_impl(x, src, offs, recipe, block, col_tile, False)
+
+
+@torch.library.triton_op("titan_fp8::moe_dispatch_quantize_traced", mutates_args=())
+def _dispatch_traced(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int, col_tile: int) -> _Q4:
+    return _dispatch_impl(x, src, offs, recipe, block, col_tile, True)
 
 
 @torch.library.custom_op("titan_fp8::moe_combine", mutates_args=())
@@ -156,32 +205,45 @@ def _combine_op(y: Tensor, pos: Tensor, weights: Tensor) -> Tensor:
     return _triton().combine_triton(y, pos, weights)
 
 
+@torch.library.triton_op("titan_fp8::moe_combine_traced", mutates_args=())
+def _combine_traced(y: Tensor, pos: Tensor, weights: Tensor) -> Tensor:
+    return _triton().combine_triton(y, pos, weights, traced=True)
+
+
 @torch.library.custom_op("titan_fp8::moe_combine_backward", mutates_args=())
 def _combine_backward_op(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor,
-                         recipe: str, block: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    (N, D), P, k = dout.shape, src.shape[0], weights.shape[1]
-    q, s, qt, st, dots = _triton().quantize_values(1, dout, src, pos, weights, y, N=N, P=P, C=D, H=0, K=k,
-                                                   offs=offs, recipe=recipe, block=block, who="combine_backward")
-    dweights = dots.sum(0).index_select(0, pos).view(N, k)  # fixed order over the column tiles
-    return q, s, qt, st, dweights
+                         recipe: str, block: int) -> _Q5:
+    return _combine_backward_impl(dout, y, pos, weights, src, offs, recipe, block, False)
+
+
+@torch.library.triton_op("titan_fp8::moe_combine_backward_traced", mutates_args=())
+def _combine_backward_traced(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor,
+                             recipe: str, block: int) -> _Q5:
+    return _combine_backward_impl(dout, y, pos, weights, src, offs, recipe, block, True)
 
 
 @torch.library.custom_op("titan_fp8::moe_swiglu_quantize", mutates_args=())
-def _swiglu_op(h13: Tensor, offs: Tensor, recipe: str, block: int,
-               col_tile: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    P, H = h13.shape[0], h13.shape[1] // 2
-    q, s, qt, st, _ = _triton().quantize_values(2, h13, N=0, P=P, C=H, H=H, K=1, offs=offs, recipe=recipe,
-                                                block=block, who="swiglu_quantize", col_tile=col_tile)
-    return q, s, qt, st
+def _swiglu_op(h13: Tensor, offs: Tensor, recipe: str, block: int, col_tile: int) -> _Q4:
+    return _swiglu_impl(h13, offs, recipe, block, col_tile, False)
+
+
+@torch.library.triton_op("titan_fp8::moe_swiglu_quantize_traced", mutates_args=())
+def _swiglu_traced(h13: Tensor, offs: Tensor, recipe: str, block: int, col_tile: int) -> _Q4:
+    return _swiglu_impl(h13, offs, recipe, block, col_tile, True)
 
 
 @torch.library.custom_op("titan_fp8::moe_swiglu_quantize_backward", mutates_args=())
-def _swiglu_backward_op(da: Tensor, h13: Tensor, offs: Tensor, recipe: str, block: int) -> tuple[Tensor, Tensor,
-                                                                                                  Tensor, Tensor]:
-    P, H = h13.shape[0], h13.shape[1] // 2
-    q, s, qt, st, _ = _triton().quantize_values(3, da, h13, N=0, P=P, C=2 * H, H=H, K=1, offs=offs, recipe=recipe,
-                                                block=block, who="swiglu_quantize_backward")
-    return q, s, qt, st
+def _swiglu_backward_op(da: Tensor, h13: Tensor, offs: Tensor, recipe: str, block: int) -> _Q4:
+    return _swiglu_backward_impl(da, h13, offs, recipe, block, False)
+
+
+@torch.library.triton_op("titan_fp8::moe_swiglu_quantize_backward_traced", mutates_args=())
+def _swiglu_backward_traced(da: Tensor, h13: Tensor, offs: Tensor, recipe: str, block: int) -> _Q4:
+    return _swiglu_backward_impl(da, h13, offs, recipe, block, True)
+
+
+def _op(opaque, traced):
+    return traced if TRACED_LAUNCH else opaque
 
 
 # fake implementations: shapes, dtypes and strides of what the kernels return (torch.compile / FSDP tracing)
@@ -234,7 +296,8 @@ def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: 
     _check_col_tile(who, col_tile, recipe, x.shape[1], "x.shape[1] (D)")
     with torch.no_grad():
         if _use_triton(x, backend):
-            return _dispatch_op(x.contiguous(), src.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
+            op = _op(_dispatch_op, _dispatch_traced)
+            return op(x.contiguous(), src.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
         return dispatch_quantize_reference(x, src, offs, recipe, block, col_tile)
 
 
@@ -255,7 +318,7 @@ def combine(y: Tensor, pos: Tensor, weights: Tensor, backend: str = "auto") -> T
     _same_device(who, y, pos, weights)
     with torch.no_grad():
         if _use_triton(y, backend):
-            return _combine_op(y.contiguous(), pos.contiguous(), weights.contiguous())
+            return _op(_combine_op, _combine_traced)(y.contiguous(), pos.contiguous(), weights.contiguous())
         return combine_reference(y, pos, weights)
 
 
@@ -275,8 +338,9 @@ def combine_backward(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src:
     _check_recipe(who, recipe, block, src.shape[0], dout.shape[1], "dout.shape[1] (D)")
     with torch.no_grad():
         if _use_triton(dout, backend):
-            return _combine_backward_op(dout.contiguous(), y.contiguous(), pos.contiguous(), weights.contiguous(),
-                                        src.contiguous(), offs.contiguous(), recipe, int(block))
+            op = _op(_combine_backward_op, _combine_backward_traced)
+            return op(dout.contiguous(), y.contiguous(), pos.contiguous(), weights.contiguous(), src.contiguous(),
+                      offs.contiguous(), recipe, int(block))
         return combine_backward_reference(dout, y, pos, weights, src, offs, recipe, block)
 
 
@@ -297,7 +361,8 @@ def swiglu_quantize(h13: Tensor, offs: Tensor, recipe: str, block: int = 32, bac
     _check_col_tile(who, col_tile, recipe, h13.shape[1] // 2, "H = h13.shape[1] / 2")
     with torch.no_grad():
         if _use_triton(h13, backend):
-            return _swiglu_op(h13.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
+            op = _op(_swiglu_op, _swiglu_traced)
+            return op(h13.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
         return swiglu_quantize_reference(h13, offs, recipe, block, col_tile)
 
 
@@ -315,5 +380,6 @@ def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, recipe: str,
     _check_recipe(who, recipe, block, h13.shape[0], h13.shape[1] // 2, "H = h13.shape[1] / 2")
     with torch.no_grad():
         if _use_triton(da, backend):
-            return _swiglu_backward_op(da.contiguous(), h13.contiguous(), offs.contiguous(), recipe, int(block))
+            op = _op(_swiglu_backward_op, _swiglu_backward_traced)
+            return op(da.contiguous(), h13.contiguous(), offs.contiguous(), recipe, int(block))
         return swiglu_quantize_backward_reference(da, h13, offs, recipe, block)

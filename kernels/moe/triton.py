@@ -34,6 +34,7 @@ mul.rn.ftz), they keep subnormals as torch does. Under the interpreter plain num
 import torch
 import triton
 import triton.language as tl
+from torch.library import wrap_triton
 
 from kernels.float8_cast.reference import E4M3, amax_to_scale
 from kernels.grouped_gemm.triton_mx import _fix_interpreter_scalar_index
@@ -464,8 +465,15 @@ def _check_device(t, who):
                            f"TRITON_INTERPRET=1 set before kernels.moe.triton is imported (CPU interpreter)")
 
 
+def _launcher(kernel, traced: bool):
+    """traced: the launch goes through torch.library.wrap_triton, so that inside a torch.library.triton_op
+    torch.compile puts it into its generated code (kernels/moe/__init__.py's TRACED_LAUNCH); else the plain
+    Python launcher (opaque custom ops, the interpreter)."""
+    return wrap_triton(kernel) if traced else kernel
+
+
 def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, offs, recipe, block, who,
-                    hw_cast=None, col_tile=1):
+                    hw_cast=None, col_tile=1, traced=False):
     """Make the MODE prologue's values (module docstring; a, b, c, d, e as _values reads them) and quantize them
     both ways. Returns (q [P, C], s, qt [C, P], st, dots) in reference.quantize_both's layouts; dots: the per-row
     partial dots <dout, y> [column tiles, P] for MODE 1, else None."""
@@ -494,9 +502,9 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
         dots = torch.empty((n_d, P), dtype=f32, device=dev) if want_dot else None
         if P and C:
             grid = (triton.cdiv(P, bm) * n_d,)
-            _mx_kernel[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode, K=K,
-                             QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16, COL_TILE=col_tile,
-                             HALVES=halves, num_warps=warps)
+            _launcher(_mx_kernel, traced)[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode,
+                                                K=K, QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16,
+                                                COL_TILE=col_tile, HALVES=halves, num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]
@@ -511,7 +519,7 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     dots = torch.empty((n_strips, P), dtype=f32, device=dev) if want_dot else None
     e_pad = triton.next_power_of_2(max(E, 2))
     if P and C:
-        _f8_amax_kernel[(triton.cdiv(P, am * sub) * n_strips,)](
+        _launcher(_f8_amax_kernel, traced)[(triton.cdiv(P, am * sub) * n_strips,)](
             *args, ramax, gamax, dots if want_dot else gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=am, BD=ad,
             SUB=sub,
             E_PAD=e_pad, IS_BF16=is_bf16, num_warps=aw)
@@ -521,13 +529,13 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     # pass 2 makes the scales (the same rule, from the amax bits) as it writes both copies
     s = torch.empty((P,), dtype=f32, device=dev)
     scale = torch.empty((E, C), dtype=f32, device=dev)
-    _f8_quant_kernel[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
+    _launcher(_f8_quant_kernel, traced)[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
         *args, q, s, qt, scale, ramax, gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=qm, BD=qd, E_PAD=e_pad,
         HW_CAST=hw, IS_BF16=is_bf16, num_warps=qw)
     return q.view(f8), s, qt.view(f8), scale, dots
 
 
-def combine_triton(y, pos, weights):
+def combine_triton(y, pos, weights, traced=False):
     """out [N, D] = sum_j weights[t, j] * y[pos[t*k + j]] (reference.combine_reference, bit for bit)."""
     _check_device(y, "combine")
     n, k = weights.shape
@@ -538,6 +546,7 @@ def combine_triton(y, pos, weights):
         out_bits = _INTERPRET and y.dtype == torch.bfloat16
         bn, bd, warps = _COMBINE_INTERP if _INTERPRET else _COMBINE
         grid = (triton.cdiv(n, bn) * triton.cdiv(D, bd),)
-        _combine_kernel[grid](yh, pos, weights, out.view(torch.int16) if out_bits else out, n, D, K=k,
-                                           BN=bn, BD=bd, IS_BF16=is_bf16, OUT_BITS=out_bits, num_warps=warps)
+        _launcher(_combine_kernel, traced)[grid](yh, pos, weights, out.view(torch.int16) if out_bits else out, n, D,
+                                                 K=k, BN=bn, BD=bd, IS_BF16=is_bf16, OUT_BITS=out_bits,
+                                                 num_warps=warps)
     return out

@@ -424,3 +424,25 @@ def _pow2_scale_kernel(a_ptr, s_ptr, n, BLOCK: tl.constexpr):
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = i < n
     tl.store(s_ptr + i, _pow2_scale(tl.load(a_ptr + i, mask=m, other=0)), mask=m)
+
+
+def test_traced_twins_run_eagerly_like_the_opaque_ops():
+    """The triton_op twins (titan_fp8::moe_*_traced, TRACED_LAUNCH on the GPU) run the same body with their
+    launches through torch.library.wrap_triton: called eagerly here (the interpreter cannot be traced; tests/gpu
+    compiles them), every output equals the opaque op's byte for byte, both recipes."""
+    plan = plan_for("uneven", 8, 2, 4, 32, seed=5)
+    P = plan.src.shape[0]
+    x = special(8, 64, torch.bfloat16, seed=6)
+    y, dout = special(P, 64, torch.bfloat16, seed=7), special(8, 64, torch.bfloat16, seed=8)
+    h13, da = special(P, 64, torch.bfloat16, seed=9) / 1e3, special(P, 32, torch.bfloat16, seed=10)
+    w = torch.rand(8, 2)
+    for recipe in ("mxfp8", "fp8_rowwise"):
+        pairs = [(km._dispatch_op, km._dispatch_traced, (x, plan.src, plan.offs, recipe, 32, 1)),
+                 (km._combine_backward_op, km._combine_backward_traced,
+                  (dout, y, plan.pos, w, plan.src, plan.offs, recipe, 32)),
+                 (km._swiglu_op, km._swiglu_traced, (h13, plan.offs, recipe, 32, 1)),
+                 (km._swiglu_backward_op, km._swiglu_backward_traced, (da, h13, plan.offs, recipe, 32))]
+        for opaque, traced, args in pairs:
+            for i, (a, b) in enumerate(zip(traced(*args), opaque(*args))):
+                same(a, b, f"{recipe} {traced._name} out {i}")
+    same(km._combine_traced(y, plan.pos, w), km._combine_op(y, plan.pos, w), "combine")

@@ -79,8 +79,12 @@ def test_integer_rounding_path_compiled():
             same(got[i], want[i], f"int-round {recipe} out {i}")
 
 
-def test_compiled_equals_eager():
-    """torch.compile of every op, both recipes, equals eager byte for byte."""
+@pytest.mark.parametrize("traced", [True, False], ids=["triton_op", "custom_op"])
+def test_compiled_equals_eager(traced, monkeypatch):
+    """torch.compile of every op, both recipes, equals the eager opaque ops byte for byte, with the launches traced
+    into inductor's code (kernels.moe.TRACED_LAUNCH) and through the opaque custom ops. dweights (combine
+    backward's router-weight gradient) is a sum over column strips that inductor may order differently when it
+    compiles the traced body: equal to 1e-6 relative, same non-finite entries."""
     plan, x, y, dout, h13, da, w = inputs("llama_moe", 32)
 
     def path(x, y, dout, h13, da):
@@ -93,10 +97,19 @@ def test_compiled_equals_eager():
         outs += [*km.swiglu_quantize(h13, plan.offs, "mxfp8", 128, col_tile=128)]
         return outs
 
+    dweights = {9, 22}  # combine_backward's 5th output, per recipe
+    monkeypatch.setattr(km, "TRACED_LAUNCH", False)
     eager = path(x, y, dout, h13, da)
+    monkeypatch.setattr(km, "TRACED_LAUNCH", traced)
+    torch._dynamo.reset()
     compiled = torch.compile(path, fullgraph=True)(x, y, dout, h13, da)
     for i, (c, e) in enumerate(zip(compiled, eager)):
-        same(c, e, f"compiled out {i}")
+        if i in dweights:
+            assert torch.equal(c.isfinite(), e.isfinite()) and torch.equal(c.isnan(), e.isnan()), f"out {i}"
+            fin = e.isfinite()
+            torch.testing.assert_close(c[fin], e[fin], rtol=1e-6, atol=0, msg=f"compiled out {i} (dweights)")
+        else:
+            same(c, e, f"compiled out {i}")
 
 
 @pytest.mark.parametrize("block", [32, 128])
