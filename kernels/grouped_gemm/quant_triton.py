@@ -184,7 +184,7 @@ def _(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col):
 BLOCKWISE_NUM_WARPS = 8
 
 
-def _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast=None, num_warps=None):
+def _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast=None, num_warps=None, after=None):
     M, K = x.shape
     dev, u8 = x.device, torch.uint8
     qr = torch.empty((M, K) if do_row else (0,), dtype=u8, device=dev)
@@ -196,7 +196,9 @@ def _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast=None, num_warps=No
     if (do_row or do_col) and M * K:
         hw = default_hw_cast(dev) if hw_cast is None else hw_cast
         xin, is_bf16 = _as_kernel_input(x)
-        lim = xin  # USE_LIMIT=False never reads it: no memset launch per call
+        # USE_LIMIT=False never reads it (no memset launch per call); `after`, when given, rides here so that the
+        # launch depends on it (see to_mx128_blockwise)
+        lim = xin if after is None else after
         grid = (triton.cdiv(M, BM), triton.cdiv(K, BK), 1)
         wrap_triton(_blocked_rowcol_kernel)[grid](
             xin, qr, br, qc, bc, lim, M, K, M, 0, 0, 0, 0, 0,
@@ -209,23 +211,26 @@ def _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast=None, num_warps=No
     return qr.view(f8), sr, qc.view(f8), sc
 
 
+_Q4 = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
 @torch.library.triton_op("titan_fp8::mx128_blockwise_rowcol", mutates_args=())
-def _blockwise_triton_op(x: torch.Tensor, tile: bool, col_tile: bool, do_row: bool,
-                         do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _run_blockwise(x, tile, col_tile, do_row, do_col)
+def _blockwise_triton_op(x: torch.Tensor, tile: bool, col_tile: bool, do_row: bool, do_col: bool,
+                         after: Optional[torch.Tensor]) -> _Q4:
+    return _run_blockwise(x, tile, col_tile, do_row, do_col, after=after)
 
 
 # The same as an opaque custom op: torch.compile calls it through the dispatcher (host time per call). The
 # interpreter cannot be traced through a triton op (its fake-tensor trace touches data pointers), so CPU tests
 # of compiled code use this one; TRACED_LAUNCH = False picks it on the GPU too (benchmarks compare the two).
 @torch.library.custom_op("titan_fp8::mx128_blockwise_rowcol_opaque", mutates_args=())
-def _blockwise_custom_op(x: torch.Tensor, tile: bool, col_tile: bool, do_row: bool,
-                         do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _run_blockwise(x, tile, col_tile, do_row, do_col)
+def _blockwise_custom_op(x: torch.Tensor, tile: bool, col_tile: bool, do_row: bool, do_col: bool,
+                         after: Optional[torch.Tensor]) -> _Q4:
+    return _run_blockwise(x, tile, col_tile, do_row, do_col, after=after)
 
 
 @_blockwise_custom_op.register_fake
-def _(x, tile, col_tile, do_row, do_col):
+def _(x, tile, col_tile, do_row, do_col, after):
     M, K = x.shape
     f8 = torch.float8_e4m3fn
     empty = x.new_empty((0,), dtype=torch.float32)
@@ -239,15 +244,19 @@ TRACED_LAUNCH = not _INTERPRET
 
 
 def to_mx128_blockwise(x: torch.Tensor, tile: bool, *, col_tile: bool | None = None, do_row: bool = True,
-                       do_col: bool = True, hw_cast: bool | None = None, num_warps: int | None = None):
+                       do_col: bool = True, hw_cast: bool | None = None, num_warps: int | None = None,
+                       after: torch.Tensor | None = None):
     """x [M, K] (bf16/fp16/fp32) -> (row_data [M, K], row_scale, col_data [K, M] (x^T), col_scale) from ONE
     read: MXFP8 numbers (e4m3, power-of-two scales by the E8M0 rule of kernels.mxfp8, non-finite regions NaN)
     shared over 1x128 blocks (tile=False: along K for the row copy, along M for the column copy) or 128x128
-    tiles (tile=True; col_tile, default tile, picks it for the column copy alone), with the scales as fp32 factors 2^e (data * 2^e = x) in cuBLAS's blockwise layouts
+    tiles (tile=True; col_tile, default tile, picks it for the column copy alone), with the scales as fp32
+    factors 2^e (data * 2^e = x) in cuBLAS's blockwise layouts
     (quant.blockwise_scale_buffers). A copy not asked for is None. K % 128 == 0; M % 128 == 0 when tile or do_col.
     Bit-identical to quant.to_mx128_blockwise_reference. Runs as the triton op titan_fp8::mx128_blockwise_rowcol
     (torch.compile traces its launch; TRACED_LAUNCH) or the opaque custom op ..._opaque (interpreter), unless
-    hw_cast / num_warps are forced."""
+    hw_cast / num_warps are forced. `after`: a tensor (same device, never read) the quantization must wait for:
+    backward passes one of its own so that torch.compile's partitioner cannot move a quantization that depends
+    only on a parameter into forward and keep its float8 result alive until backward."""
     who = "to_mx128_blockwise"
     if x.ndim != 2:
         raise ValueError(f"{who}: x must be [M, K], got shape {tuple(x.shape)}")
@@ -262,10 +271,10 @@ def to_mx128_blockwise(x: torch.Tensor, tile: bool, *, col_tile: bool | None = N
                          f"128x128 tiles or the column copy")
     x = x.contiguous()
     if hw_cast is not None or num_warps is not None:
-        qr, sr, qc, sc = _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast, num_warps)
+        qr, sr, qc, sc = _run_blockwise(x, tile, col_tile, do_row, do_col, hw_cast, num_warps, after)
     else:
         op = _blockwise_triton_op if TRACED_LAUNCH else _blockwise_custom_op
-        qr, sr, qc, sc = op(x, tile, col_tile, do_row, do_col)
+        qr, sr, qc, sc = op(x, tile, col_tile, do_row, do_col, after)
     return (qr, sr) if do_row else (None, None), (qc, sc) if do_col else (None, None)
 
 

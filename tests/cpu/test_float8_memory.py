@@ -33,7 +33,11 @@ def _storage(t):
     return getattr(t, "_data", t).untyped_storage()  # a torchao Float8TrainingTensor holds its bytes in _data
 
 
+saved_float8_shapes: list = []  # filled by saved_bytes
+
+
 def saved_bytes(mode: str) -> int:
+    saved_float8_shapes.clear()
     torch.manual_seed(0)
     m = Block().to(torch.bfloat16)
     if mode == "torchao":
@@ -41,8 +45,9 @@ def saved_bytes(mode: str) -> int:
         from torchao.float8 import Float8LinearConfig
         from torchao.float8 import convert_to_float8_training as ao_convert
         ao_convert(m, config=Float8LinearConfig(emulate=True))
-    elif mode == "ours":
-        convert_to_float8_training(m, Float8Config(emulate=True, filter_fqns=["none"]))
+    elif mode in ("ours", "ours_mx128"):
+        cfg = dict(recipe_name="mxfp8", linear_granularity="mx128") if mode == "ours_mx128" else {}
+        convert_to_float8_training(m, Float8Config(emulate=True, filter_fqns=["none"], **cfg))
         assert all(isinstance(getattr(m, n), Float8Linear) for n in ("wq", "wo", "w1", "w3", "w2"))
     params = {_storage(p).data_ptr() for p in m.parameters()}
     seen = {}
@@ -51,6 +56,8 @@ def saved_bytes(mode: str) -> int:
         st = _storage(t)
         if st.data_ptr() not in params:
             seen[st.data_ptr()] = st.nbytes()
+            if getattr(t, "_data", t).dtype in (torch.float8_e4m3fn, torch.float8_e5m2):
+                saved_float8_shapes.append(tuple(t.shape))
         return t
 
     x = torch.randn(M, D, dtype=torch.bfloat16, requires_grad=True)
@@ -70,6 +77,18 @@ def test_saved_for_backward_bytes_ours_le_torchao_and_bf16():
     assert ours + weight_copy > bf16  # the bound above is tight enough to catch a saved w8
     # analytic: ours saves x8 of wq, wo, w1, w3 (M*D each) and w2 (M*H), plus what norms / SwiGLU save
     assert bf16 - ours >= 2 * M * D, (ours, bf16)
+
+
+def test_mx128_linear_keeps_no_float8_weight_for_backward():
+    """MXFP8 Linears with linear_granularity = "mx128" keep x^T in float8 (1 byte per input element, the grad-weight
+    operand) and the weight itself (FSDP2 frees and re-gathers it), never a float8 copy of the weight: w^T is
+    quantized in backward. A saved float8 w^T held 1 byte per parameter of every layer across the step."""
+    ours, bf16 = saved_bytes("ours_mx128"), saved_bytes("bf16")
+    saved_bytes("ours_mx128")
+    weights = {(D, D), (H, D), (D, H)}
+    assert not weights & set(saved_float8_shapes), saved_float8_shapes
+    assert {(D, M), (H, M)} <= set(saved_float8_shapes), saved_float8_shapes  # x^T of the D- and H-input layers
+    assert ours < bf16, (ours, bf16)
 
 
 def compiled_saved(mode: str, inductor: bool = False, device: str = "cpu"):

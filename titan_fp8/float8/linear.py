@@ -306,16 +306,16 @@ def _mx128_uses_triton(t: torch.Tensor, emulate: bool) -> bool:
     return t.is_cuda and not emulate
 
 
-def _quantize_mx128(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool, col_tile=None):
+def _quantize_mx128(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate: bool, col_tile=None, after=None):
     """t [R, C] -> (row copy, col copy), each (data e4m3, fp32 factor 2^e) or None where not asked for: MXFP8
     numbers with power-of-two scales shared over 1x128 blocks (row: along C; col, t^T [C, R]: along R) or
     128x128 tiles (tile; col_tile, default tile, for the col copy alone), the factors already in the layout
     cuBLAS reads (kernels.grouped_gemm.quant blockwise_scale_buffers). One read of t on CUDA; no aten
-    transposing copy of t."""
+    transposing copy of t. `after`: see kernels.grouped_gemm.quant_triton.to_mx128_blockwise."""
     col_tile = tile if col_tile is None else col_tile
     if _mx128_uses_triton(t, emulate):
         from kernels.grouped_gemm.quant_triton import to_mx128_blockwise
-        row, col = to_mx128_blockwise(t, tile, col_tile=col_tile, do_row=rows, do_col=cols)
+        row, col = to_mx128_blockwise(t, tile, col_tile=col_tile, do_row=rows, do_col=cols, after=after)
     else:
         from kernels.grouped_gemm.quant import to_mx128_blockwise_reference
         row, col = to_mx128_blockwise_reference(t, tile, rows, cols, col_tile)
@@ -347,8 +347,10 @@ class _BlockwiseMM(torch.autograd.Function):
       False  recipe "blockwise": fp32 scales 448 / amax (DeepSeek V3), quantized with aten ops
       True   recipe "mxfp8", linear_granularity "mx128": MXFP8's E8M0 rule (power-of-two scales, NaN/inf blocks
              NaN), quantized with kernels.grouped_gemm's one-read quantizers; forward keeps x^T (the grad-weight
-             operand, written from the same read as x's forward copy) instead of x, and w^T (grad-input's
-             operand, from the same read as w's forward copy): 1 byte per element each."""
+             operand, written from the same read as x's forward copy, 1 byte per element) instead of x, and the
+             weight itself: backward quantizes w^T (grad-input's operand) next to its use. A float8 w^T kept from
+             forward would hold 1 byte per parameter of every layer across the step, where FSDP2 frees the
+             gathered weight after forward and gathers it again for backward."""
 
     @staticmethod
     def forward(ctx, x, w, emulate: bool, pow2: bool = False, grad: bool = True, xt_tile: bool = False):
@@ -363,9 +365,9 @@ class _BlockwiseMM(torch.autograd.Function):
             _check_rows(x2.shape[0], BLOCK_K, "mxfp8 mx128")
         # blockwise keeps x and recasts it in backward (its aten transposing cast); mx128 writes x^T now
         (xq, xs), xt = quant(x2, False, True, pow2 and need_gw, emulate, col_tile=pow2 and xt_tile)
-        (wq, ws), wt = quant(w, True, True, need_gx, emulate)
+        (wq, ws), _ = quant(w, True, True, False, emulate)
         if pow2:
-            ctx.save_for_backward(*(xt or (None, None)), *(wt or (None, None)))
+            ctx.save_for_backward(*(xt or (None, None)), w if need_gx else None)
         else:
             ctx.save_for_backward(x2, wq, ws)
         ctx.emulate, ctx.w_dtype, ctx.pow2, ctx.xt_tile = emulate, w.dtype, pow2, pow2 and xt_tile
@@ -379,9 +381,12 @@ class _BlockwiseMM(torch.autograd.Function):
         _check_rows(g2.shape[0], BLOCK_K, recipe)
         need_gx, need_gw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         if ctx.pow2:
-            xtq, xts, wtq, wts = ctx.saved_tensors
+            xtq, xts, w = ctx.saved_tensors
             # g in both layouts from one read: rows (1x128 along N) for grad-input, g^T (1x128 along tokens)
             g_row, g_col = _quantize_mx128(g2, False, need_gx, need_gw, ctx.emulate)
+            if need_gx:  # w^T in the same 128x128 tiles as forward's w (same numbers, transposed); after=g2 keeps
+                # it in backward under torch.compile
+                wtq, wts = _quantize_mx128(w, True, False, True, ctx.emulate, after=g2)[1]
         else:
             x2, wq, ws = ctx.saved_tensors
             wtq, wts = wq.t(), ws.t()
