@@ -14,6 +14,12 @@ is about the routed experts). Variants of the SAME layer (deep copies, same weig
   <ours>@ref      (optional) the same with kernels.moe's plain PyTorch ops (inductor) instead of its Triton kernels
   <mxfp8>+triton  (optional) the mxfp8 GEMMs on a named kernels.grouped_gemm backend ("+triton", "+cutlass");
                   plain names use "auto" (CUTLASS for mx128 on sm_90 where it builds, else Triton)
+  <ours>%traced   (optional) kernels.moe's launches as torch.library.triton_op twins that torch.compile writes
+                  into its generated code (kernels.moe.TRACED_LAUNCH, set around each of this variant's steps)
+  tw:<variant>    (optional) the shared expert's three Linears in float8 tensorwise as well, as a run with
+                  `recipe_name = "tensorwise"` converts them: titan_fp8's Float8Linear for bf16 / ours, torchao's
+                  float8 Linear (convert_to_float8_training, recipe "tensorwise") for torchao_fp8; so "tw:bf16" is
+                  tensorwise Linears with bf16 experts. Only for shapes with a shared expert.
 Timing: CUDA events around each fwd+bwd step, `--iters` steps per variant per round, variants interleaved over
 `--rounds` rounds after warm-up; median over all steps. Memory: peak allocated during a step above what was
 allocated before it (parameters of every variant stay resident; their gradients are freed before each step, so
@@ -44,6 +50,7 @@ if ROOT not in sys.path:
 
 import torch  # noqa: E402
 
+import kernels.moe as kernels_moe  # noqa: E402
 from titan_fp8.models.moe import GroupedExperts, MoE, MoEArgs  # noqa: E402
 
 SHAPES = {
@@ -83,7 +90,42 @@ def gemm_backend_may_use_cutlass(backend: str) -> bool:
     return backend in ("auto", "cutlass")
 
 
-def build_variant(base: MoE, name: str, emulate: bool) -> MoE:
+def split_variant(name: str) -> tuple[str, bool, bool]:
+    """(the experts' variant, shared expert in float8 tensorwise ("tw:"), kernels.moe traced launches ("%traced"))."""
+    tw = name.startswith("tw:")
+    name = name[3:] if tw else name
+    traced = "%traced" in name
+    return name.replace("%traced", ""), tw, traced
+
+
+def shared_expert_to_tensorwise(moe: MoE, torchao_peer: bool, emulate: bool) -> None:
+    if moe.shared_expert is None:
+        raise ValueError("tw:<variant>: this shape has no shared expert (nothing to convert)")
+    if torchao_peer:
+        from torchao.float8 import Float8LinearConfig
+        from torchao.float8 import convert_to_float8_training as ao_convert
+        ao_convert(moe.shared_expert, config=Float8LinearConfig.from_recipe_name("tensorwise"))
+    else:
+        from titan_fp8.float8.config import Float8Config
+        from titan_fp8.float8.convert import convert_to_float8_training
+        convert_to_float8_training(moe.shared_expert, Float8Config(recipe_name="tensorwise", emulate=emulate,
+                                                                   filter_fqns=()))
+
+
+def build_variant(base: MoE, full_name: str, emulate: bool) -> MoE:
+    name, tw, traced = split_variant(full_name)
+    if traced and name in ("bf16", "torchao_fp8"):
+        raise ValueError(f"variant {full_name!r}: %traced is for our float8 variants (kernels.moe launches)")
+    if traced and emulate:
+        raise ValueError(f"variant {full_name!r}: %traced needs CUDA (the interpreter runs the opaque ops only)")
+    moe = _build_experts_variant(base, name, emulate)
+    if tw:
+        shared_expert_to_tensorwise(moe, name == "torchao_fp8", emulate)
+    moe.traced_launch = traced
+    return moe
+
+
+def _build_experts_variant(base: MoE, name: str, emulate: bool) -> MoE:
     moe = copy.deepcopy(base)
     if name == "bf16":
         return moe
@@ -253,6 +295,7 @@ def main():
             json.dump(report, f, indent=1)
 
     t_start = time.time()
+    traced_default = kernels_moe.TRACED_LAUNCH
 
     def late():
         return args.deadline_s and time.time() - t_start > args.deadline_s
@@ -286,6 +329,7 @@ def main():
                     for p in moe.parameters():
                         p.grad = None
                     xi.grad = None
+                    kernels_moe.TRACED_LAUNCH = moe.traced_launch  # read while compiling (and by guards)
                     fwd(xi).backward(dout)
 
                 for _ in range(args.warmup if cuda else 1):
@@ -325,10 +369,12 @@ def main():
                     t0 = time.perf_counter()
                     r["step"]()
                     r["times"].append((time.perf_counter() - t0) * 1e3)
+        kernels_moe.TRACED_LAUNCH = traced_default
         base_ms = statistics.median(runs["bf16"]["times"]) if "bf16" in runs else None
-        ao_ms = statistics.median(runs["torchao_fp8"]["times"]) if "torchao_fp8" in runs else None
         for name, r in runs.items():
             ms = statistics.median(r["times"])
+            peer = "tw:torchao_fp8" if name.startswith("tw:") else "torchao_fp8"  # same shared-expert precision
+            ao_ms = statistics.median(runs[peer]["times"]) if peer in runs else None
             report["results"].append({
                 "shape": shape, "variant": name, "tokens": T, "dim": dim, "hidden": hid, "experts": E, "top_k": k,
                 "shared_hidden": shared, "ms": round(ms, 3), "ms_min": round(min(r["times"]), 3),
@@ -345,15 +391,15 @@ def main():
         if cuda:
             torch.cuda.empty_cache()
 
-    print(f"\n{'shape':<11} {'variant':<12} {'ms':>8} {'x bf16':>7} {'x ao':>6} {'host':>6} {'piped':>6} "
+    print(f"\n{'shape':<11} {'variant':<24} {'ms':>8} {'x bf16':>7} {'x ao':>6} {'host':>6} {'piped':>6} "
           f"{'peak GiB':>8}  split ms (gemm/quant/swiglu/disp+comb/other)")
     for r in report["results"]:
         if "error" in r:
-            print(f"{r['shape']:<11} {r.get('variant', '-'):<12} ERROR {r['error'][:80]}")
+            print(f"{r['shape']:<11} {r.get('variant', '-'):<24} ERROR {r['error'][:80]}")
             continue
         s = r["split_ms"]
         split = "/".join(f"{s.get(c, 0):.2f}" for c in ("gemm", "quant", "swiglu", "dispatch_combine", "other"))
-        print(f"{r['shape']:<11} {r['variant']:<12} {r['ms']:>8.3f} {r['vs_bf16'] or 0:>7.3f} "
+        print(f"{r['shape']:<11} {r['variant']:<24} {r['ms']:>8.3f} {r['vs_bf16'] or 0:>7.3f} "
               f"{r['vs_torchao_fp8'] or 0:>6.3f} {r['host_ms'] or 0:>6.2f} {r['pipelined_ms'] or 0:>6.2f} "
               f"{r['peak_step_gib'] or 0:>8.3f}  {split}")
     for r in report["results"]:

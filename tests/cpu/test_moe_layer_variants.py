@@ -1,0 +1,45 @@
+"""benchmarks/moe_layer.py's variant names: "tw:" converts the shared expert's Linears (and only them) to float8
+tensorwise, "%traced" asks for kernels.moe's traced launches; wrong combinations are clear errors."""
+import pytest
+import torch
+
+from benchmarks.moe_layer import build_variant, split_variant
+from titan_fp8.float8.linear import Float8Linear
+from titan_fp8.models.moe import MoE, MoEArgs
+
+
+def _moe(shared):
+    args = MoEArgs(num_experts=4, top_k=2, hidden_dim=64, load_balance="none", num_shared_experts=1 if shared else 0,
+                   shared_hidden_dim=64 if shared else 0)
+    m = MoE(32, args)
+    m.init_weights(0.02)
+    return m
+
+
+def test_split_variant():
+    assert split_variant("tw:mxfp8_mx128%traced") == ("mxfp8_mx128", True, True)
+    assert split_variant("fp8_rowwise") == ("fp8_rowwise", False, False)
+    assert split_variant("mxfp8_mx128+cutlass") == ("mxfp8_mx128+cutlass", False, False)
+
+
+@pytest.mark.parametrize("name", ["tw:bf16", "tw:fp8_rowwise"])
+def test_tw_converts_only_the_shared_expert(name):
+    moe = build_variant(_moe(True), name, emulate=True)
+    lin = [type(m) for m in moe.shared_expert.modules() if isinstance(m, torch.nn.Linear)]
+    assert lin and all(t is Float8Linear for t in lin)
+    assert not any(isinstance(m, Float8Linear) for n, m in moe.named_modules() if not n.startswith("shared_expert"))
+    assert moe.traced_launch is False
+
+
+def test_plain_variant_keeps_shared_expert_bf16():
+    moe = build_variant(_moe(True), "bf16", emulate=True)
+    assert not any(isinstance(m, Float8Linear) for m in moe.modules())
+
+
+def test_errors_name_the_variant():
+    with pytest.raises(ValueError, match="no shared expert"):
+        build_variant(_moe(False), "tw:bf16", emulate=True)
+    with pytest.raises(ValueError, match="'bf16%traced'"):
+        build_variant(_moe(True), "bf16%traced", emulate=True)
+    with pytest.raises(ValueError, match="needs CUDA"):
+        build_variant(_moe(True), "fp8_rowwise%traced", emulate=True)
