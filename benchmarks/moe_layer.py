@@ -14,8 +14,9 @@ is about the routed experts). Variants of the SAME layer (deep copies, same weig
   <ours>@ref      (optional) the same with kernels.moe's plain PyTorch ops (inductor) instead of its Triton kernels
   <mxfp8>+triton  (optional) the mxfp8 GEMMs on a named kernels.grouped_gemm backend ("+triton", "+cutlass");
                   plain names use "auto" (CUTLASS for mx128 on sm_90 where it builds, else Triton)
-  <ours>%traced   (optional) kernels.moe's launches as torch.library.triton_op twins that torch.compile writes
-                  into its generated code (kernels.moe.TRACED_LAUNCH, set around each of this variant's steps)
+  <ours>%traced   (optional) every kernels.moe launch as its torch.library.triton_op twin, which torch.compile
+  <ours>%opaque   writes into its generated code, or none (opaque custom ops); plain names use kernels.moe's
+                  default TRACED_LAUNCH (traced for mxfp8). Set around each of this variant's steps.
   tw:<variant>    (optional) the shared expert's three Linears in float8 tensorwise as well, as a run with
                   `recipe_name = "tensorwise"` converts them: titan_fp8's Float8Linear for bf16 / ours, torchao's
                   float8 Linear (convert_to_float8_training, recipe "tensorwise") for torchao_fp8; so "tw:bf16" is
@@ -90,12 +91,13 @@ def gemm_backend_may_use_cutlass(backend: str) -> bool:
     return backend in ("auto", "cutlass")
 
 
-def split_variant(name: str) -> tuple[str, bool, bool]:
-    """(the experts' variant, shared expert in float8 tensorwise ("tw:"), kernels.moe traced launches ("%traced"))."""
+def split_variant(name: str) -> tuple[str, bool, bool | None]:
+    """(the experts' variant, shared expert in float8 tensorwise ("tw:"), kernels.moe's launches: True "%traced",
+    False "%opaque", None the default)."""
     tw = name.startswith("tw:")
     name = name[3:] if tw else name
-    traced = "%traced" in name
-    return name.replace("%traced", ""), tw, traced
+    traced = True if "%traced" in name else False if "%opaque" in name else None
+    return name.replace("%traced", "").replace("%opaque", ""), tw, traced
 
 
 def shared_expert_to_tensorwise(moe: MoE, torchao_peer: bool, emulate: bool) -> None:
@@ -114,8 +116,9 @@ def shared_expert_to_tensorwise(moe: MoE, torchao_peer: bool, emulate: bool) -> 
 
 def build_variant(base: MoE, full_name: str, emulate: bool) -> MoE:
     name, tw, traced = split_variant(full_name)
-    if traced and name in ("bf16", "torchao_fp8"):
-        raise ValueError(f"variant {full_name!r}: %traced is for our float8 variants (kernels.moe launches)")
+    if traced is not None and name in ("bf16", "torchao_fp8"):
+        raise ValueError(f"variant {full_name!r}: %traced / %opaque are for our float8 variants (kernels.moe "
+                         f"launches)")
     if traced and emulate:
         raise ValueError(f"variant {full_name!r}: %traced needs CUDA (the interpreter runs the opaque ops only)")
     moe = _build_experts_variant(base, name, emulate)
@@ -329,7 +332,8 @@ def main():
                     for p in moe.parameters():
                         p.grad = None
                     xi.grad = None
-                    kernels_moe.TRACED_LAUNCH = moe.traced_launch  # read while compiling (and by guards)
+                    kernels_moe.TRACED_LAUNCH = (traced_default if moe.traced_launch is None  # read while compiling
+                                                 else moe.traced_launch)
                     fwd(xi).backward(dout)
 
                 for _ in range(args.warmup if cuda else 1):

@@ -152,14 +152,31 @@ def _check_offs(who, offs):
 #                             interpreter (CPU tests) can only use this one: tracing a triton op reads data pointers.
 #   titan_fp8::moe_*_traced   a torch.library.triton_op: torch.compile traces the body and emits the kernel launches
 #                             into its generated code (inductor's launcher, no dispatcher or Python launcher per call).
-# TRACED_LAUNCH picks the traced twins: opt-in (TITAN_FP8_MOE_TRACED_LAUNCH=1) until they are measured on the GPU.
-# A first GPU try (moe_layer run 7b) cut the host time but inductor's analysis of which tensors the kernels write
-# named every input, so functionalization cloned them (+0.35 GiB, +0.9 ms at llama_moe) and the fused path did not
-# compile under autograd; the kernels have since been restructured so that the analysis names only their outputs
-# (tests/cpu/test_moe_kernels_write_analysis.py), not yet re-measured on the GPU (tests/gpu/test_moe_kernels_gpu.py
-# compiles both twins).
-TRACED_LAUNCH = (os.environ.get("TITAN_FP8_MOE_TRACED_LAUNCH", "0") == "1"
-                 and os.environ.get("TRITON_INTERPRET", "0") != "1")
+# TRACED_LAUNCH: the recipes whose ops launch through the traced twins ("combine" stands for the recipe-free
+# combine; titan_fp8 passes its recipe). Measured on one H100 (benchmarks/results/moe_layer-H100-2026-11-23.md,
+# run 9, same run as the opaque ops): mxfp8 mx128 traced 9.81 vs 10.11 ms at llama_moe, 13.93 vs 14.09 ms at
+# dsv3_layer, host time 7.3 vs 9.0 ms, same peak memory: on by default. fp8_rowwise traced: +0.12 GiB peak at
+# llama_moe (0.959 -> 1.081) and an inductor assertion at dsv3_layer: off until that is understood.
+# A first try (run 7b) cloned every input (inductor's write analysis named them all); the kernels have since been
+# restructured so that the analysis names only their outputs (tests/cpu/test_moe_kernels_write_analysis.py).
+# TITAN_FP8_MOE_TRACED_LAUNCH: "mxfp8" (default), "all", "none", or a comma list of recipes.
+_TRACED_CHOICES = {"mxfp8": ("mxfp8",), "all": ("mxfp8", "fp8_rowwise"), "none": (), "1": ("mxfp8", "fp8_rowwise"),
+                   "0": ()}
+
+
+def _traced_recipes(value: str) -> frozenset:
+    if value in _TRACED_CHOICES:
+        return frozenset(_TRACED_CHOICES[value])
+    names = frozenset(v.strip() for v in value.split(",") if v.strip())
+    bad = names - {"mxfp8", "fp8_rowwise"}
+    if bad:
+        raise ValueError(f"TITAN_FP8_MOE_TRACED_LAUNCH={value!r}: unknown recipe(s) {sorted(bad)}; allowed: "
+                         f"{', '.join(map(repr, _TRACED_CHOICES))} or a comma list of 'mxfp8', 'fp8_rowwise'")
+    return names
+
+
+TRACED_LAUNCH = (frozenset() if os.environ.get("TRITON_INTERPRET", "0") == "1"
+                 else _traced_recipes(os.environ.get("TITAN_FP8_MOE_TRACED_LAUNCH", "mxfp8")))
 
 
 def _dispatch_impl(x, src, offs, recipe, block, col_tile, traced):
@@ -248,8 +265,13 @@ def _swiglu_backward_traced(da: Tensor, h13: Tensor, offs: Tensor, recipe: str, 
     return _swiglu_backward_impl(da, h13, offs, recipe, block, True)
 
 
-def _op(opaque, traced):
-    return traced if TRACED_LAUNCH else opaque
+def _op(opaque, traced, recipe):
+    """The traced twin where TRACED_LAUNCH names this recipe (True / False also accepted: tests, benchmarks);
+    recipe None (combine called without one): traced only when every recipe is."""
+    on = TRACED_LAUNCH
+    if not isinstance(on, bool):
+        on = recipe in on if recipe is not None else on >= {"mxfp8", "fp8_rowwise"}
+    return traced if on else opaque
 
 
 # fake implementations: shapes, dtypes and strides of what the kernels return (torch.compile / FSDP tracing)
@@ -302,7 +324,7 @@ def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: 
     _check_col_tile(who, col_tile, recipe, x.shape[1], "x.shape[1] (D)")
     with torch.no_grad():
         if _use_triton(x, backend):
-            op = _op(_dispatch_op, _dispatch_traced)
+            op = _op(_dispatch_op, _dispatch_traced, recipe)
             return op(x.contiguous(), src.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
         return dispatch_quantize_reference(x, src, offs, recipe, block, col_tile)
 
@@ -317,14 +339,15 @@ def _check_combine(who, y, pos, weights, D=None):
         _fail(who, f"y is {tuple(y.shape)} but dout has {D} features")
 
 
-def combine(y: Tensor, pos: Tensor, weights: Tensor, backend: str = "auto") -> Tensor:
-    """out [N, D] = sum_j weights[t, j] * y[pos[t*k + j]] (slot order, fp32 sum), in y.dtype."""
+def combine(y: Tensor, pos: Tensor, weights: Tensor, backend: str = "auto", recipe: str | None = None) -> Tensor:
+    """out [N, D] = sum_j weights[t, j] * y[pos[t*k + j]] (slot order, fp32 sum), in y.dtype. recipe: the expert
+    recipe this combine serves (only picks the launch, see TRACED_LAUNCH)."""
     who = "combine"
     _check_combine(who, y, pos, weights)
     _same_device(who, y, pos, weights)
     with torch.no_grad():
         if _use_triton(y, backend):
-            return _op(_combine_op, _combine_traced)(y.contiguous(), pos.contiguous(), weights.contiguous())
+            return _op(_combine_op, _combine_traced, recipe)(y.contiguous(), pos.contiguous(), weights.contiguous())
         return combine_reference(y, pos, weights)
 
 
@@ -344,7 +367,7 @@ def combine_backward(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src:
     _check_recipe(who, recipe, block, src.shape[0], dout.shape[1], "dout.shape[1] (D)")
     with torch.no_grad():
         if _use_triton(dout, backend):
-            op = _op(_combine_backward_op, _combine_backward_traced)
+            op = _op(_combine_backward_op, _combine_backward_traced, recipe)
             return op(dout.contiguous(), y.contiguous(), pos.contiguous(), weights.contiguous(), src.contiguous(),
                       offs.contiguous(), recipe, int(block))
         return combine_backward_reference(dout, y, pos, weights, src, offs, recipe, block)
@@ -367,7 +390,7 @@ def swiglu_quantize(h13: Tensor, offs: Tensor, recipe: str, block: int = 32, bac
     _check_col_tile(who, col_tile, recipe, h13.shape[1] // 2, "H = h13.shape[1] / 2")
     with torch.no_grad():
         if _use_triton(h13, backend):
-            op = _op(_swiglu_op, _swiglu_traced)
+            op = _op(_swiglu_op, _swiglu_traced, recipe)
             return op(h13.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
         return swiglu_quantize_reference(h13, offs, recipe, block, col_tile)
 
@@ -386,6 +409,6 @@ def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, recipe: str,
     _check_recipe(who, recipe, block, h13.shape[0], h13.shape[1] // 2, "H = h13.shape[1] / 2")
     with torch.no_grad():
         if _use_triton(da, backend):
-            op = _op(_swiglu_backward_op, _swiglu_backward_traced)
+            op = _op(_swiglu_backward_op, _swiglu_backward_traced, recipe)
             return op(da.contiguous(), h13.contiguous(), offs.contiguous(), recipe, int(block))
         return swiglu_quantize_backward_reference(da, h13, offs, recipe, block)

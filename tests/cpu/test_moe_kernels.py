@@ -446,3 +446,20 @@ def test_traced_twins_run_eagerly_like_the_opaque_ops():
             for i, (a, b) in enumerate(zip(traced(*args), opaque(*args))):
                 same(a, b, f"{recipe} {traced._name} out {i}")
     same(km._combine_traced(y, plan.pos, w), km._combine_op(y, plan.pos, w), "combine")
+
+
+def test_traced_launch_choice_per_recipe(monkeypatch):
+    """TRACED_LAUNCH names the recipes whose ops launch through the triton_op twins (default: mxfp8 only, the one
+    measured faster on the GPU); the environment value is checked, and a bad one names the variable."""
+    assert km._traced_recipes("mxfp8") == {"mxfp8"}
+    assert km._traced_recipes("all") == {"mxfp8", "fp8_rowwise"} == km._traced_recipes("fp8_rowwise, mxfp8")
+    assert km._traced_recipes("none") == frozenset() == km._traced_recipes("0")
+    with pytest.raises(ValueError, match="TITAN_FP8_MOE_TRACED_LAUNCH='mx8'"):
+        km._traced_recipes("mx8")
+    a, b = object(), object()
+    monkeypatch.setattr(km, "TRACED_LAUNCH", frozenset({"mxfp8"}))
+    assert km._op(a, b, "mxfp8") is b and km._op(a, b, "fp8_rowwise") is a and km._op(a, b, None) is a
+    monkeypatch.setattr(km, "TRACED_LAUNCH", frozenset({"mxfp8", "fp8_rowwise"}))
+    assert km._op(a, b, None) is b
+    monkeypatch.setattr(km, "TRACED_LAUNCH", False)
+    assert km._op(a, b, "mxfp8") is a

@@ -18,8 +18,9 @@ def _moe(shared):
 
 def test_split_variant():
     assert split_variant("tw:mxfp8_mx128%traced") == ("mxfp8_mx128", True, True)
-    assert split_variant("fp8_rowwise") == ("fp8_rowwise", False, False)
-    assert split_variant("mxfp8_mx128+cutlass") == ("mxfp8_mx128+cutlass", False, False)
+    assert split_variant("fp8_rowwise%opaque") == ("fp8_rowwise", False, False)
+    assert split_variant("fp8_rowwise") == ("fp8_rowwise", False, None)
+    assert split_variant("mxfp8_mx128+cutlass") == ("mxfp8_mx128+cutlass", False, None)
 
 
 @pytest.mark.parametrize("name", ["tw:bf16", "tw:fp8_rowwise"])
@@ -28,7 +29,7 @@ def test_tw_converts_only_the_shared_expert(name):
     lin = [type(m) for m in moe.shared_expert.modules() if isinstance(m, torch.nn.Linear)]
     assert lin and all(t is Float8Linear for t in lin)
     assert not any(isinstance(m, Float8Linear) for n, m in moe.named_modules() if not n.startswith("shared_expert"))
-    assert moe.traced_launch is False
+    assert moe.traced_launch is None
 
 
 def test_plain_variant_keeps_shared_expert_bf16():

@@ -84,7 +84,9 @@ def test_compiled_equals_eager(traced, monkeypatch):
     """torch.compile of every op, both recipes, equals the eager opaque ops byte for byte, with the launches traced
     into inductor's code (kernels.moe.TRACED_LAUNCH) and through the opaque custom ops. dweights (combine
     backward's router-weight gradient) is a sum over column strips that inductor may order differently when it
-    compiles the traced body: equal to 1e-6 relative, same non-finite entries."""
+    compiles the traced body: the same non-finite entries, and within 1e-5 of the sum of |dout * y| over the
+    features (fp32 sums of the same terms in another order; the inputs span 1e-4..3e38, so a relative bound
+    on the result itself fails where terms cancel: run of 2026-11-23, H100)."""
     plan, x, y, dout, h13, da, w = inputs("llama_moe", 32)
 
     def path(x, y, dout, h13, da):
@@ -107,7 +109,9 @@ def test_compiled_equals_eager(traced, monkeypatch):
         if i in dweights:
             assert torch.equal(c.isfinite(), e.isfinite()) and torch.equal(c.isnan(), e.isnan()), f"out {i}"
             fin = e.isfinite()
-            torch.testing.assert_close(c[fin], e[fin], rtol=1e-6, atol=0, msg=f"compiled out {i} (dweights)")
+            N, k = w.shape
+            mag = (dout.float().abs()[:, None, :] * y.float().abs().index_select(0, plan.pos).view(N, k, -1)).sum(-1)
+            assert bool(((c - e).abs() <= 1e-5 * mag)[fin].all()), f"compiled out {i} (dweights)"
         else:
             same(c, e, f"compiled out {i}")
 

@@ -397,7 +397,7 @@ def swiglu_quantize_backward(da: Tensor, h13: Tensor, offs: Tensor, spec: FusedS
 
 def combine(y: Tensor, pos: Tensor, weights: Tensor, spec: FusedSpec) -> Tensor:
     """out[t] = sum_j weights[t, j] * y[pos[t*k + j]] (fp32, slot order, deterministic), y's dtype."""
-    return moe_kernels.combine(y, pos, weights.float(), backend=_moe_backend(spec))
+    return moe_kernels.combine(y, pos, weights.float(), backend=_moe_backend(spec), recipe=spec.recipe)
 
 
 def combine_backward(dout, y, pos, weights, src, offs, spec: FusedSpec):
