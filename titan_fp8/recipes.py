@@ -29,6 +29,8 @@ PRESETS: dict[str, dict[str, object]] = {
     "tensorwise": dict(_TENSORWISE),
     # + routed experts in float8 with one scale per row (fp8_rowwise grouped GEMMs)
     "tensorwise_fp8_rowwise_experts": {**_TENSORWISE, "moe_recipe_name": "fp8_rowwise"},
+    # + routed experts in mxfp8 "mx128" (the fastest expert recipe per MoE layer on Hopper: benchmarks/moe_layer.py)
+    "tensorwise_mx128_experts": {**_TENSORWISE, "moe_recipe_name": "mxfp8", "moe_granularity": "mx128"},
     # experts with "mx128" scale sharing: one power-of-two scale per 1x128 activations / 128x128 weight tile
     "mxfp8_mx128": {**_MXFP8, "moe_granularity": "mx128"},
     # mxfp8_mx128 with the Linears on mx128 too (linear_granularity; mxfp8_mx128's Linears keep the default "mx32")

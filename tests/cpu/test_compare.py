@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from _train_runs import DEBUG_TOML, ROOT, explain
+from titan_fp8.recipes import PRESETS
 
 COMPARE = os.path.join(ROOT, "launch", "compare.py")
 STEPS = 5
@@ -206,8 +207,7 @@ def test_parse_recipes():
         assert part in str(e.value) and "\n" not in str(e.value), (spec, str(e.value))
 
 
-@pytest.mark.parametrize("name", ["bf16", "tensorwise", "tensorwise_fp8_rowwise_experts", "mxfp8_mx128",
-                                  "mxfp8_mx32_experts"])
+@pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_is_a_valid_float8_section(name):
     """Each preset's keys are [float8] keys and the config accepts their values (2 ranks, emulated)."""
     import dataclasses
