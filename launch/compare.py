@@ -51,7 +51,7 @@ DEFINITIONS = {
     "baseline_seed_diff": "max over the baseline's extra seeds of |seed_k - seed_0| / seed_0",
     "within_tolerance": f"|rel_diff| <= max({TOLERANCE_REL}, baseline_seed_diff), train and validation",
     "warmup_steps": "max(1, min(10, final_step // 5)); throughput medians use the logged steps after it",
-    "tps_per_gpu_median": "median of tps_per_gpu over non-skipped logged steps after the warm-up",
+    "tps_per_gpu_median": "median of tps_per_gpu over non-skipped, non-profiled logged steps after the warm-up",
     "speedup_vs_baseline": "tps_per_gpu_median / baseline's tps_per_gpu_median",
     "mfu_median": "median MFU (active-parameter FLOPs vs the GPU's bf16 dense peak, also for float8)",
     "peak_memory_gib": "max over logged steps of torch.cuda.max_memory_allocated (GiB)",
@@ -349,7 +349,7 @@ def run_stats(records: list[dict]) -> dict:
     tail = [r["loss"] for r in records if r["step"] > tail_from]
     vals = [r for r in records if "val_loss" in r]
     warmup = max(1, min(10, final_step // 5))
-    timed = [r for r in records if r["step"] > warmup and not r.get("skipped")] or records[-1:]
+    timed = [r for r in records if r["step"] > warmup and not r.get("skipped") and not r.get("profiled")] or records[-1:]
     mems = [r["memory_gib"] for r in records if r.get("memory_gib") is not None]
     reserved = [r["memory_reserved_gib"] for r in records if r.get("memory_reserved_gib") is not None]
     return {

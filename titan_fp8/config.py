@@ -118,6 +118,13 @@ class Metrics:
 
 
 @dataclass(frozen=True)
+class Profiling:
+    enable_profiling: bool = False
+    save_traces_folder: str = "profile_traces"  # under [job] dump_folder
+    profile_freq: int = 10  # profile one step every profile_freq steps (steps profile_freq, 2*profile_freq, ...)
+
+
+@dataclass(frozen=True)
 class ActivationCheckpoint:
     mode: str = "none"  # "none" | "full" | "selective"
 
@@ -159,6 +166,7 @@ class JobConfig:
     parallelism: Parallelism = field(default_factory=Parallelism)
     checkpoint: Checkpoint = field(default_factory=Checkpoint)
     metrics: Metrics = field(default_factory=Metrics)
+    profiling: Profiling = field(default_factory=Profiling)
     activation_checkpoint: ActivationCheckpoint = field(default_factory=ActivationCheckpoint)
     compile: Compile = field(default_factory=Compile)
     comm: Comm = field(default_factory=Comm)
@@ -198,6 +206,7 @@ SECTIONS: dict[str, type] = {
     "parallelism": Parallelism,
     "checkpoint": Checkpoint,
     "metrics": Metrics,
+    "profiling": Profiling,
     "activation_checkpoint": ActivationCheckpoint,
     "compile": Compile,
     "comm": Comm,
@@ -459,6 +468,8 @@ def _validate(cfg: JobConfig, where) -> None:
         except ImportError:
             need(False, "metrics", "enable_tensorboard", "the tensorboard package is not installed "
                  "(pip install tensorboard, or set it to false)")
+    need(cfg.profiling.profile_freq >= 1, "profiling", "profile_freq", "must be >= 1")
+    need(cfg.profiling.save_traces_folder.strip() != "", "profiling", "save_traces_folder", "give a folder path")
     need(cfg.activation_checkpoint.mode in ("none", "full", "selective"), "activation_checkpoint", "mode",
          "allowed: 'none', 'full', 'selective'")
     n = cfg.comm.nccl_max_ctas

@@ -89,6 +89,9 @@ class MetricsLogger:
         tps = self.tokens_per_step * steps / elapsed
         tflops = tps * self.flops_per_token / 1e12
         mfu = tflops / self.peak_tflops if self.peak_tflops else None
+        if self._window_steps == 0:  # only a profiled step since the last record: no throughput to report
+            extra = {**(extra or {}), "profiled": True}
+            tps = tflops = mfu = None
         mem = torch.cuda.max_memory_allocated(self.device) / 2**30 if self.device.type == "cuda" else None
         mem_reserved = torch.cuda.max_memory_reserved(self.device) / 2**30 if self.device.type == "cuda" else None
         rec = {
@@ -110,10 +113,12 @@ class MetricsLogger:
         self.records.append(rec)
         if self.rank == 0:
             mfu_s = f"{100 * mfu:5.1f}%" if mfu is not None else "n/a"
+            tps_s = (f"tps/gpu {tps:9.0f}  tflops/gpu {tflops:7.2f}" if tps is not None
+                     else "tps/gpu  (profiled step, not timed)")
             mem_s = f"{mem:.2f}GiB" if mem is not None else "n/a"
             val_s = f"  val_loss {extra['val_loss']:.4f}" if extra and "val_loss" in extra else ""
             self.log(f"step {step:>5}/{total_steps}  loss {loss:8.4f}  grad_norm {grad_norm:8.4f}  lr {lr:.3e}  "
-                     f"tps/gpu {tps:9.0f}  tflops/gpu {tflops:7.2f}  mfu {mfu_s}  mem {mem_s}  "
+                     f"{tps_s}  mfu {mfu_s}  mem {mem_s}  "
                      f"data_wait {100 * rec['data_wait_share']:.1f}%{val_s}")
             with open(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
@@ -126,7 +131,8 @@ class MetricsLogger:
 
     def summary(self, skip_first: int) -> dict:
         """Averages over logged steps after `skip_first` (warm-up and compilation excluded)."""
-        recs = [r for r in self.records if r["step"] > skip_first and "skipped" not in r] or self.records[-1:]
+        recs = [r for r in self.records if r["step"] > skip_first and "skipped" not in r and not r.get("profiled")
+                ] or self.records[-1:]
         out = {"steps_averaged": [recs[0]["step"] - recs[0]["window_steps"] + 1, recs[-1]["step"]] if recs else None}
         steps = sum(r["window_steps"] for r in recs)
         seconds = sum(r["step_time_s"] * r["window_steps"] for r in recs)

@@ -27,6 +27,7 @@ from titan_fp8.parallel import build_mesh, parallelize
 from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, latest_step
 from titan_fp8.train.data import build_loader
 from titan_fp8.train.metrics import MetricsLogger
+from titan_fp8.train.profiling import StepProfiler
 from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip
 
 
@@ -195,9 +196,12 @@ def run(cfg: JobConfig, log=print) -> dict:
     # TITAN_FP8_SYNC_DEBUG=1 (GPU): from the 3rd step on, warn at every host sync other than the check above,
     # with the line that caused it; a clean run prints no "called a synchronizing CUDA operation" warning.
     sync_debug = os.environ.get("TITAN_FP8_SYNC_DEBUG") == "1" and device.type == "cuda"
+    profiler = StepProfiler(cfg.profiling, cfg.job.dump_folder, rank, device.type, log=say)
     for step in range(start_step + 1, t.steps + 1):
         if sync_debug and step == start_step + 3:
             torch.cuda.set_sync_debug_mode("warn")
+        t_step = time.perf_counter()
+        profiler.begin(step)  # [profiling]: one step in every profile_freq
         t_data = time.perf_counter()
         inputs, labels = data.next_batch()
         if device.type == "cuda":
@@ -236,6 +240,7 @@ def run(cfg: JobConfig, log=print) -> dict:
             say(f"{what}; step skipped ([training] skip_nonfinite_steps)")
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()  # the schedule follows the step count, skipped or not
+            profiler.end(step)
             record = {"skipped": True}
         else:
             optimizer.step()
@@ -244,7 +249,11 @@ def run(cfg: JobConfig, log=print) -> dict:
             model.update_router_biases()
             if precompute_scales:
                 precompute_float8_dynamic_scale_for_fsdp(model)  # ONE all-reduce for every float8 weight
-            metrics.step_done(data_wait)
+            if profiler.wants(step):  # the profiler slows this step: its time stays out of the throughput
+                profiler.end(step)
+                metrics.exclude(time.perf_counter() - t_step)
+            else:
+                metrics.step_done(data_wait)
             if step == start_step + 1 and cfg.compile.enable:
                 from torch._dynamo.utils import counters
 
@@ -252,6 +261,8 @@ def run(cfg: JobConfig, log=print) -> dict:
                 say(f"compile: {breaks} graph break(s) in the compiled blocks after the first step"
                     + ("" if not breaks else f": {str(dict(counters['graph_break']))[:400]}"))
             record = {"aux_loss": aux_avg}
+            if profiler.wants(step):
+                record["profiled"] = True
         last_skipped = nonfinite
 
         validate = val_data is not None and (step % cfg.validation.freq == 0 or step == t.steps)
