@@ -152,6 +152,48 @@ def _unwrap_float8_all_gather(data: torch.Tensor) -> torch.Tensor:
 _WARNED_EP_F8_AG = False
 
 
+def reduce_scatter_copy_in(unsharded_grads: list, reduce_scatter_input: torch.Tensor, world_size: int) -> None:
+    """FSDP2's reduce-scatter copy-in (what torch.ops.fsdp.chunk_cat does), one copy per gradient and rank.
+
+    Row r of reduce_scatter_input viewed as [world_size, -1] holds, for every gradient in order, its r-th dim-0
+    chunk (dim 0 padded to a multiple of world_size, the padding zero), cast to the reduce dtype. torch's
+    _chunk_cat builds one metadata entry per 2 KiB of output on the host and copies it to the GPU: ~7 ms of
+    host time per llama_moe block (fp32 reduce of 0.38 B parameters; H100 profile, 2026-11-23), during which
+    the GPU, whose backward the host keeps only just ahead of, idles. Here: 2 small launches per gradient
+    and rank, the same bytes (tests/cpu/test_parallel.py compares the two bit for bit)."""
+    out = reduce_scatter_input.view(world_size, -1)
+    col = 0
+    for g in unsharded_grads:
+        rows = g.shape[0] if g.dim() else 1
+        inner = g.numel() // rows if rows else 0
+        chunk = -(-rows // world_size)  # dim-0 rows per rank, padded
+        width = chunk * inner
+        g2 = g.reshape(rows, inner)
+        for r in range(world_size):
+            lo, hi = min(r * chunk, rows), min((r + 1) * chunk, rows)
+            dst = out[r, col:col + width]
+            if hi > lo:
+                dst[:(hi - lo) * inner].view(hi - lo, inner).copy_(g2[lo:hi])
+            if hi - lo < chunk:
+                dst[(hi - lo) * inner:].zero_()
+        col += width
+    if col != out.shape[1]:
+        raise RuntimeError(f"reduce_scatter_copy_in: the gradients fill {col} of {out.shape[1]} elements per rank "
+                           f"(FSDP2's padding rule changed?)")
+
+
+def install_reduce_scatter_copy_in() -> bool:
+    """Route FSDP2's copy-in through reduce_scatter_copy_in (it looks the function up in its module at every
+    call). False, with a warning, where this torch has no such function (then torch's chunk_cat runs)."""
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as fc
+    if not callable(getattr(fc, "foreach_reduce_scatter_copy_in", None)):
+        warnings.warn("titan_fp8: this torch has no FSDP2 foreach_reduce_scatter_copy_in; its chunk_cat copy-in "
+                      "stays (slower on the host: titan_fp8/parallel.py reduce_scatter_copy_in)")
+        return False
+    fc.foreach_reduce_scatter_copy_in = reduce_scatter_copy_in
+    return True
+
+
 def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh) -> torch.nn.Module:
     """Expert parallelism, activation checkpointing, per-block torch.compile, then fully_shard per block and the
     root (under EP first the experts of each block, over expert_dp_mesh).
@@ -183,6 +225,7 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
         # replicas (HSDP) it all-reduces the expert grads across them. Never across the EP group: each EP rank
         # holds different experts, whose grads already sum every EP rank's tokens (scaled by 1/ep in the MoE).
         fully_shard(ex, **{**fsdp_kwargs, "mesh": expert_dp_mesh(mesh)})
+    install_reduce_scatter_copy_in()  # torch's chunk_cat copy-in costs ~7 ms of host time per block
     names = list(model.layers.keys())
     for i, name in enumerate(names):
         # The last block's parameters are needed again first thing in backward: keep them gathered.

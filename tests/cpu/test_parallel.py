@@ -2,6 +2,7 @@
 the 1-rank debug run with either mode matches the run without, step for step (fp32, CPU)."""
 
 import pytest
+import torch
 
 from _train_runs import metrics, one_rank
 
@@ -49,3 +50,31 @@ def test_meta_init_after_sharding_matches_direct_init(tmp_path):
         assert torch.allclose(model(x), direct(x), rtol=1e-5, atol=1e-5)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_reduce_scatter_copy_in_equals_chunk_cat(world):
+    """titan_fp8's FSDP2 copy-in writes what torch's chunk_cat writes (bf16 grads into an fp32 buffer, fp32 into
+    fp32), bit for bit, with dim 0 uneven over the ranks (zero padding), 1-row and 3-D gradients; the buffer
+    starts as NaN so that a byte it leaves unwritten shows."""
+    from torch.distributed.fsdp._fully_shard._fsdp_common import _get_dim0_padded_size
+
+    from titan_fp8.parallel import reduce_scatter_copy_in
+    g = torch.Generator().manual_seed(world)
+    for dtype in (torch.bfloat16, torch.float32):
+        grads = [torch.randn(*s, generator=g).to(dtype) for s in [(8, 5, 3), (7,), (1, 4), (5, 6), (3, 2, 2)]]
+        grads[1][2] = float("inf")
+        numel = sum(_get_dim0_padded_size(t.size(), world).numel() for t in grads)
+        want = torch.full((numel,), float("nan"))
+        torch._chunk_cat(grads, 0, world, out=want.view(world, -1))
+        got = torch.full((numel,), float("nan"))
+        reduce_scatter_copy_in(grads, got, world)
+        assert torch.equal(got.view(torch.int32), want.view(torch.int32)), (world, dtype)
+
+
+def test_reduce_scatter_copy_in_is_what_fsdp2_calls():
+    from torch.distributed.fsdp._fully_shard import _fsdp_collectives as fc
+
+    from titan_fp8.parallel import install_reduce_scatter_copy_in, reduce_scatter_copy_in
+    assert install_reduce_scatter_copy_in()
+    assert fc.foreach_reduce_scatter_copy_in is reduce_scatter_copy_in
