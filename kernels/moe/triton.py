@@ -438,12 +438,15 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 # spilled up to 1.7 KB; +3-7% measured). Block 128 needs 128 x 128 tiles (scale runs along both axes): MODE 3 takes
 # 16 warps (0.765 -> 0.675 ms at dsv3_layer); MODE 1 stays at 8 warps (it spills 4.8 KB there, 69% of copy, but
 # 16 warps measured slower: 0.718 -> 0.788 ms). fp8_rowwise: 32 x 64 / 4 warps, no spills.
-# (H100 runs: benchmarks/results/moe_kernels-nvidia-h100-*-run{1,2}.json.)
+# (H100 runs: benchmarks/results/moe_kernels-nvidia-h100-*-run{1,2}.json.) Block 128 MODE 3 with HALVES (one sigmoid
+# for dh1 and dh3, 128 columns of [0, H) per tile): 0.679 -> 0.580 ms at dsv3_layer, 0.491 -> 0.417 at llama_moe,
+# bit-identical (moe_kernels_mx128-*.json, 2026-11-23; row-chunked tiles with 2-4 programs per SM, tried in the same
+# run, were 1.5-3x slower for every mode).
 # (block, mode) -> (BM, BD, num_warps, HALVES); HALVES (MODE 3): a tile of BD columns of [0, H) writes dh1's and
 # dh3's columns from one sigmoid (else each output column computes both halves and keeps one).
 MX_CONFIGS = {(32, 0): (32, 128, 2, False), (32, 1): (32, 128, 2, False), (32, 2): (32, 64, 4, False),
               (32, 3): (32, 64, 4, False), (128, 0): (128, 128, 8, False), (128, 1): (128, 128, 8, False),
-              (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 16, False)}
+              (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 16, True)}
 # col_tile=128 (the tile spans the 128 features of a token-major scale): (block, mode) -> (BM, BD, num_warps)
 # (ptxas sm_90a: (32, 2) at 2 warps spills 72 B, at 4 none; (128, 2) at 8 warps spills 44 B, at 16 none)
 MX_COL_TILE_CONFIGS = {(32, 0): (32, 128, 2), (32, 2): (32, 128, 4), (128, 0): (128, 128, 8), (128, 2): (128, 128, 16)}
