@@ -3,7 +3,8 @@
 # on/off, tensorwise Linears + fp8_rowwise / mx128 experts, NCCL_MAX_CTAS unset/16/8, EP=2 with bf16 / float8 dispatch, mx128 Linears (issue 10 acc. 3), 25 steps each
 # (~45 s a run: 13 runs need two calls), then --redraw.
 # From the repo root with .whl (torchao, nvidia-cutlass wheels) carried: bash benchmarks/e2e_x2_device_run.sh
-# A call cut short: run it again carrying outputs/e2e_x2 (--reuse keeps the finished runs).
+# A call cut short: untar its e2e_x2.tgz into outputs/ here, then run it again carrying outputs/e2e_x2 (--reuse
+# keeps the finished runs).
 set -u
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
@@ -17,4 +18,5 @@ timeout ${X2_LIMIT:-540} python3 launch/compare.py --config train_configs/llama_
     --job.dump_folder=outputs/e2e_x2 --reuse --recipes "$R" 2>&1 | grep -v Warning | tail -40
 python3 launch/compare.py --config train_configs/llama_moe.toml --nproc 2 --steps 25 \
     --job.dump_folder=outputs/e2e_x2 --redraw --recipes "$R" 2>&1 | tail -25
-mkdir -p $OUT/e2e_x2 && cp -r outputs/e2e_x2/. $OUT/e2e_x2/ && find $OUT -name "*.pt" -delete
+# one file: the device returns only a few files per call
+mkdir -p $OUT && (cd outputs && tar czf $OUT/e2e_x2.tgz --exclude="*.pt" e2e_x2)
