@@ -283,8 +283,9 @@ def to_mxfp8_blocked_rowcol(x: torch.Tensor, *, row_block: int = 128, row_tile: 
                             limit: torch.Tensor | None = None, hw_cast: bool | None = None,
                             num_warps: int | None = None):
     """See the module docstring. Returns (row_data, row_scale, col_data, col_scale); a copy not asked for
-    is None. row_tile / col_tile must be 1 or 128; blocks 32, 64 or 128. Runs as the custom op
-    titan_fp8::mxfp8_blocked_rowcol (fake implementation included) unless hw_cast / num_warps are forced."""
+    is None. row_tile / col_tile must be 1 or 128; blocks 32, 64 or 128. Under torch.compile it runs as the
+    custom op titan_fp8::mxfp8_blocked_rowcol (fake implementation included) unless hw_cast / num_warps are
+    forced; eagerly it launches directly."""
     who = "to_mxfp8_blocked_rowcol"
     if x.ndim not in (2, 3):
         raise ValueError(f"{who}: x must be [M, K] or [B, M, K], got shape {tuple(x.shape)}")
@@ -304,7 +305,9 @@ def to_mxfp8_blocked_rowcol(x: torch.Tensor, *, row_block: int = 128, row_tile: 
         raise ValueError(f"{who}: x.shape[-1] = {K} is not a multiple of 32")
     if x.ndim == 3 and M % 32:
         raise ValueError(f"{who}: x.shape[-2] = {M} is not a multiple of 32")
-    if hw_cast is not None or num_warps is not None:
+    if hw_cast is not None or num_warps is not None or not torch.compiler.is_compiling():
+        # eager callers (FSDP2's pre-all-gather of the expert weights, twice per block and step) skip the custom
+        # op's dispatch: the same function, less host time
         out = _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast, num_warps)
     else:
         out = _blocked_rowcol_op(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col)
