@@ -12,6 +12,9 @@ Public entry points (contracts; reference.py has the exact rule):
       tensorwise: to_float8(x, scale, dtype).t().contiguous() in one pass (the grad-weight operand).
   to_float8_with_transpose(x, scale, float8_dtype=e4m3, backend="auto") -> (data [M, N], data_t [N, M])
       tensorwise, both layouts from one read (the output gradient, e5m2: grad-input and grad-weight).
+  to_float8_tensorwise(x, scale, float8_dtype=e4m3, backend="auto") -> data, x's shape
+      to_float8(x, scale, dtype) in one pass, for EAGER callers (FSDP2's float8 all-gather casts the weight
+      shards in its hooks, outside any compiled region): a plain Triton launch, not a triton op.
   amax_to_scale, to_float8: the amax -> scale rule and the plain cast every non-MX recipe uses.
 
 backend: "auto" = Triton on CUDA tensors (rows up to kernels.float8_cast.triton._MAX_ROW elements), reference
@@ -36,7 +39,7 @@ from .reference import (  # noqa: F401
 )
 
 __all__ = ["to_float8_rowwise", "to_float8_colwise_transposed", "to_float8_transposed", "to_float8_with_transpose",
-           "amax_to_scale", "to_float8",
+           "to_float8_tensorwise", "amax_to_scale", "to_float8",
            "to_float8_rowwise_reference", "to_float8_colwise_transposed_reference"]
 
 _BACKENDS = ("auto", "reference", "triton")
@@ -139,3 +142,21 @@ def to_float8_with_transpose(x: torch.Tensor, scale: torch.Tensor, float8_dtype:
             return _with_transpose_op(x.contiguous(), scale, float8_dtype == E5M2)
         data = to_float8(x, scale, float8_dtype)
         return data, data.t().contiguous()
+
+
+def to_float8_tensorwise(x: torch.Tensor, scale: torch.Tensor, float8_dtype: torch.dtype = E4M3,
+                         backend: str = "auto") -> torch.Tensor:
+    """to_float8(x, scale, float8_dtype) (x any shape, scale fp32 with one element) in one pass; for eager
+    callers (see the module docstring). Under torch.compile use to_float8: inductor fuses it."""
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point() or x.dtype in (E4M3, E5M2):
+        raise ValueError(f"to_float8_tensorwise: x must be a high-precision float tensor, got "
+                         f"{getattr(x, 'dtype', type(x).__name__)}")
+    if scale.numel() != 1 or scale.dtype != torch.float32:
+        raise ValueError(f"to_float8_tensorwise: scale must be ONE fp32 value, got {scale.dtype} {tuple(scale.shape)}")
+    if float8_dtype not in (E4M3, E5M2):
+        raise ValueError(f"to_float8_tensorwise: float8_dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got "
+                         f"{float8_dtype}")
+    with torch.no_grad():
+        if _use_triton(x, backend, 0):
+            return _triton().to_float8_tensorwise_triton(x.contiguous(), scale, float8_dtype)
+        return to_float8(x, scale, float8_dtype)

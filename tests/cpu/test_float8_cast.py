@@ -55,6 +55,45 @@ def test_triton_tensorwise_transposes_equal_reference(f8, scale):
     assert same_bits(fc.to_float8_transposed(x, s, f8, backend="reference"), want.t().contiguous())
 
 
+@pytest.mark.parametrize("f8", [E4M3, E5M2])
+@pytest.mark.parametrize("scale", ["amax", "amax_nan", 1e6, float("nan")])
+@pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (3, 50, 70)), (torch.float32, (37, 41)),
+                                         (torch.bfloat16, (129,))])
+def test_triton_tensorwise_cast_equals_reference(f8, scale, dtype, shape):
+    """The eager one-pass cast (FSDP2's weight casts) equals to_float8 bit for bit, any shape (odd sizes leave
+    a partial block), with zeros, subnormals, huge and infinite values; scales from the amax, saturating, NaN.
+    A NaN element comes with the scale of its own amax ("amax_nan": NaN counted as inf -> NaN scale -> every
+    byte NaN), as the tensorwise recipe makes it; the interpreter's integer encoding (FACTS.md) has no NaN
+    path of its own for a NaN element under a finite scale, which the recipe never asks for."""
+    g = torch.Generator().manual_seed(len(shape))
+    x = torch.randn(*shape, generator=g) * torch.logspace(-30, 30, shape[-1])
+    flat = x.view(-1)
+    flat[:6] = torch.tensor([0.0, -0.0, 1e-40, 3e38, float("inf"), -float("inf")])
+    if scale == "amax_nan":
+        flat[7] = float("nan")
+    x = x.to(dtype)
+    if scale in ("amax", "amax_nan"):
+        amax = x.float().abs().nan_to_num(float("inf"))
+        s = fc.amax_to_scale(amax.nan_to_num(0, 0, 0).max() if scale == "amax" else amax.max(), f8)
+    else:
+        s = torch.tensor(scale)
+    got = fc.to_float8_tensorwise(x, s, f8, backend="triton")
+    assert got.shape == x.shape and got.dtype == f8
+    assert same_bits(got, fc.to_float8(x, s, f8))
+    assert same_bits(fc.to_float8_tensorwise(x, s, f8, backend="reference"), fc.to_float8(x, s, f8))
+    assert fc.to_float8_tensorwise(x[:0], s, f8, backend="triton").shape == x[:0].shape
+
+
+def test_tensorwise_cast_bad_input_is_named():
+    x = torch.randn(4, 4)
+    with pytest.raises(ValueError, match="scale must be ONE fp32"):
+        fc.to_float8_tensorwise(x, torch.ones(2))
+    with pytest.raises(ValueError, match="float8_dtype"):
+        fc.to_float8_tensorwise(x, torch.tensor(1.0), torch.bfloat16)
+    with pytest.raises(ValueError, match="high-precision"):
+        fc.to_float8_tensorwise(x.to(E4M3), torch.tensor(1.0))
+
+
 def test_reference_against_float64_definition():
     torch.manual_seed(0)
     x = special(96, 64, torch.float32, seed=5)

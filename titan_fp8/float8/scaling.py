@@ -17,23 +17,19 @@ import torch
 
 # The amax -> scale rule and the plain cast live with the kernels that implement them in Triton (kernels/
 # never imports titan_fp8, so the rule's one home is there); every recipe here reads them from it.
+from kernels.float8_cast import to_float8_tensorwise
 from kernels.float8_cast.reference import E4M3, E5M2, EPS, amax_to_scale, to_float8  # noqa: F401
 
 BLOCK_K = 128  # blockwise recipe: activations 1x128, weights 128x128
 
 
-_compiled_to_float8 = None
-
-
 def to_float8_fused(x: torch.Tensor, scale: torch.Tensor, float8_dtype: torch.dtype) -> torch.Tensor:
-    """to_float8 as ONE kernel on CUDA (torch.compile; eager runs mul, clamp and cast as three passes), for
-    casts outside compiled regions (FSDP2 hooks). Same bits as to_float8."""
-    global _compiled_to_float8
-    if not x.is_cuda:
-        return to_float8(x, scale, float8_dtype)
-    if _compiled_to_float8 is None:
-        _compiled_to_float8 = torch.compile(to_float8, dynamic=True)
-    return _compiled_to_float8(x, scale, float8_dtype)
+    """to_float8 as ONE kernel on CUDA (eager torch would run mul, clamp and cast as three passes), for casts
+    outside compiled regions (FSDP2 hooks): kernels.float8_cast's Triton cast, launched directly. A
+    torch.compile'd cast, as before, cost a compiled-graph call (dynamo guards and wrapper) per weight and
+    all-gather: 7 per llama_moe block and direction, the largest item of the hooks' host time in an H100
+    profile (2026-11-23). Same bits as to_float8."""
+    return to_float8_tensorwise(x, scale, float8_dtype)
 
 
 def tensor_amax(x: torch.Tensor) -> torch.Tensor:
