@@ -1,0 +1,49 @@
+"""benchmarks/trace_gaps.py on a hand-made trace whose gaps are known, and on a real CPU trace's error path."""
+import json
+
+import pytest
+
+from benchmarks.trace_gaps import attribute, gpu_gaps, load_events, main
+
+
+def _trace(tmp_path):
+    ev = [  # GPU: [0,100) [100,150) overlapping [120,160), gap 160->300 under "hook", gap 350->360 (10 us)
+        {"ph": "X", "cat": "kernel", "name": "k1", "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "kernel", "name": "k2", "ts": 100, "dur": 50},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "m", "ts": 120, "dur": 40},
+        {"ph": "X", "cat": "kernel", "name": "k3", "ts": 300, "dur": 50},
+        {"ph": "X", "cat": "kernel", "name": "k4", "ts": 360, "dur": 40},
+        {"ph": "X", "cat": "cpu_op", "name": "step", "ts": 0, "dur": 1000},
+        {"ph": "X", "cat": "user_annotation", "name": "hook", "ts": 150, "dur": 160},
+        {"ph": "X", "cat": "cpu_op", "name": "short", "ts": 200, "dur": 20},
+        {"ph": "i", "name": "instant"},
+    ]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    return str(p)
+
+
+def test_busy_idle_and_attribution(tmp_path, capsys):
+    events = load_events(_trace(tmp_path))
+    span, busy, gaps = gpu_gaps(events)
+    assert (span, busy) == (400, 250)  # overlap counted once
+    assert [(g[0], g[1]) for g in gaps] == [(140, 160), (10, 350)]
+    rows = attribute(events, gaps, min_gap_us=30)
+    assert rows == [{"host": "hook < step", "idle_ms": 0.14, "gaps": 1}]  # "short" does not span the gap
+    assert main([str(tmp_path / "t.json"), "--min-gap-us", "5", "--json", str(tmp_path / "o.json")]) == 0
+    out = capsys.readouterr().out
+    assert "busy 0.25 ms (62.5%)" in out and "hook < step" in out
+    assert json.loads((tmp_path / "o.json").read_text())["by_host_op"][1]["host"] == "step"
+
+
+def test_bad_trace_is_named(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit, match="no traceEvents"):
+        load_events(str(bad))
+    with pytest.raises(SystemExit, match="cannot read"):
+        load_events(str(tmp_path / "missing.json"))
+    cpu_only = tmp_path / "cpu.json"
+    cpu_only.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 0, "dur": 1}]}))
+    with pytest.raises(SystemExit, match="no GPU activity"):
+        gpu_gaps(load_events(str(cpu_only)))
