@@ -80,3 +80,25 @@ def test_mxfp8_all_gather_equals_quantize_after_gather_without_all_reduce(runs):
         assert mx["exact"] and all(mx["exact"].values()), mx["exact"]
         assert mx["max_allreduce_on"] == [0, 0, 0]
         assert mx["losses_on"] == mx["losses_off"]
+
+
+def test_weight_subclass_unwraps_foreach_and_nested_args():
+    """The subclass's dispatch unwraps flat argument lists with a plain loop (the optimizer's foreach ops) and
+    anything nested through pytree; either way the op runs on the plain tensors and views stay wrapped."""
+    from titan_fp8.float8.config import Float8Config
+    from titan_fp8.float8.weights import Float8TrainingWeight, _unwrap_flat
+    cfg = Float8Config(enable_fsdp_float8_all_gather=True, emulate=True)
+    plain = [torch.randn(3, 4), torch.randn(5)]
+    wrapped = [Float8TrainingWeight(t.clone(), cfg) for t in plain]
+    torch._foreach_mul_(wrapped, 2.0)  # in place on the inner tensors
+    assert all(torch.equal(w._tensor, 2 * p) for w, p in zip(wrapped, plain))
+    norms = torch._foreach_norm(wrapped, ord=float("inf"))
+    assert all(torch.equal(n, (2 * p).abs().max()) for n, p in zip(norms, plain))
+    v = wrapped[0].view(12)
+    assert type(v) is Float8TrainingWeight and torch.equal(v._tensor, 2 * plain[0].view(12))
+    args, kwargs, first = _unwrap_flat(([wrapped[0], 1.0], wrapped[1]), {"alpha": 2, "other": wrapped[1]})
+    assert first is wrapped[0] and type(args[0]) is list and args[0][0] is wrapped[0]._tensor
+    assert args[1] is wrapped[1]._tensor and kwargs == {"alpha": 2, "other": wrapped[1]._tensor}
+    assert _unwrap_flat(([[wrapped[0]]],), {}) is None  # nested: pytree's job
+    # a nested op still works (torch.cat takes a flat list; stack of a tuple too)
+    assert torch.equal(torch.cat([wrapped[1], wrapped[1]]), torch.cat([2 * plain[1]] * 2))

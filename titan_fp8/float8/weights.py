@@ -108,6 +108,50 @@ def warn_stale_precompute(config: Float8Config) -> None:
                       "optimizer step); computing every weight's scale now, in the all-gather path")
 
 
+def _unwrap_one(t, first):
+    if isinstance(t, Float8TrainingWeight):
+        return t._tensor, first if first is not None else t
+    return t, first
+
+
+def _unwrap_flat(args: tuple, kwargs: dict):
+    """(args, kwargs, first wrapped weight) with every Float8TrainingWeight replaced by its tensor, where args
+    and kwargs values are tensors, scalars or flat lists / tuples of them (what aten ops, foreach ones
+    included, take); None for anything nested deeper (pytree then does it). A plain loop: pytree's
+    flatten / unflatten of the optimizer's foreach ops (lists of every parameter, gradient and state) took
+    ~1 ms of host time per call (H100 profile of llama_moe, 2026-11-23)."""
+    first = None
+    out_args = []
+    for a in args:
+        if type(a) in (list, tuple):
+            items = []
+            for t in a:
+                if type(t) in (list, tuple, dict):
+                    return None
+                t, first = _unwrap_one(t, first)
+                items.append(t)
+            a = type(a)(items)
+        elif type(a) is dict:
+            return None
+        else:
+            a, first = _unwrap_one(a, first)
+        out_args.append(a)
+    out_kwargs = {}
+    for k, v in kwargs.items():
+        if type(v) in (list, tuple, dict):
+            if type(v) is dict or any(type(t) in (list, tuple, dict) for t in v):
+                return None
+            items = []
+            for t in v:
+                t, first = _unwrap_one(t, first)
+                items.append(t)
+            v = type(v)(items)
+        else:
+            v, first = _unwrap_one(v, first)
+        out_kwargs[k] = v
+    return tuple(out_args), out_kwargs, first
+
+
 class Float8TrainingWeight(torch.Tensor):
     """Wrapper subclass around the high-precision weight (`_tensor`); every op but the ones FSDP2 needs to
     shard it sees the plain tensor."""
@@ -128,14 +172,19 @@ class Float8TrainingWeight(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args, kwargs=None):
-        first = None
+        kwargs = kwargs or {}
+        flat = _unwrap_flat(args, kwargs)
+        if flat is not None:  # the common case, the optimizer's foreach ops over every parameter included
+            args, kwargs, first = flat
+        else:
+            first = None
 
-        def unwrap(t):
-            nonlocal first
-            first = first if first is not None else t
-            return t._tensor
+            def unwrap(t):
+                nonlocal first
+                first = first if first is not None else t
+                return t._tensor
 
-        args, kwargs = pytree.tree_map_only(Float8TrainingWeight, unwrap, (args, kwargs or {}))
+            args, kwargs = pytree.tree_map_only(Float8TrainingWeight, unwrap, (args, kwargs))
         out = func(*args, **kwargs)
         if func not in _PRESERVE:
             return out
