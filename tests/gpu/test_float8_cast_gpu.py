@@ -82,3 +82,19 @@ def test_triton_casts_add_nothing_to_saved_for_backward(monkeypatch):
         ref_bytes, ref_f8 = compiled_saved(mode, device="cuda")
         assert nbytes <= ref_bytes + amax_bytes[mode] and len(f8) <= len(ref_f8), (mode, nbytes, ref_bytes, f8,
                                                                                     ref_f8)
+
+
+@pytest.mark.parametrize("f8", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("dtype,shape", [(torch.bfloat16, (4096, 1024)), (torch.float32, (3, 1000, 77)),
+                                         (torch.bfloat16, (8, 5632, 4096))])
+def test_tensorwise_cast_equals_reference(f8, dtype, shape):
+    """The eager one-pass cast FSDP2's float8 all-gather runs on every tensorwise weight shard: bit for bit
+    to_float8, hardware cast, with zeros, subnormals, huge and infinite values, scales from the amax and
+    saturating / NaN ones."""
+    x = special(shape[0] * (shape[1] if len(shape) == 3 else 1), shape[-1], dtype).reshape(shape)
+    x = torch.where(x.isnan(), torch.zeros_like(x), x)  # a NaN element would make the amax scale NaN (below)
+    amax = x.float().abs().nan_to_num(0, 0, 0).amax()
+    for s in (fc.amax_to_scale(amax, f8), torch.tensor(1e6, device="cuda"), torch.tensor(float("nan"), device="cuda")):
+        got = fc.to_float8_tensorwise(x, s, f8)
+        want = fc.to_float8(x, s, f8)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (f8, dtype, shape, float(s))
