@@ -27,8 +27,8 @@ from titan_fp8.parallel import build_mesh, parallelize
 from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, latest_step
 from titan_fp8.train.data import build_loader
 from titan_fp8.train.metrics import MetricsLogger
-from titan_fp8.train.profiling import StepProfiler
 from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip
+from titan_fp8.train.profiling import StepProfiler
 
 
 class NonFiniteStepError(RuntimeError):
