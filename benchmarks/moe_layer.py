@@ -17,6 +17,8 @@ is about the routed experts). Variants of the SAME layer (deep copies, same weig
   <ours>%traced   (optional) every kernels.moe launch as its torch.library.triton_op twin, which torch.compile
   <ours>%opaque   writes into its generated code, or none (opaque custom ops); plain names use kernels.moe's
                   default TRACED_LAUNCH (traced for mxfp8). Set around each of this variant's steps.
+  <mx128>^<cfg>   (optional) the mxfp8 mx128 CUTLASS GEMMs under that kernel configuration (one for every pass, or
+                  "fprop=<cfg>;dgrad=<cfg>;wgrad=<cfg>": kernels/grouped_gemm/cutlass_backend.py SCHEDULES)
   tw:<variant>    (optional) the shared expert's three Linears in float8 tensorwise as well, as a run with
                   `recipe_name = "tensorwise"` converts them: titan_fp8's Float8Linear for bf16 / ours, torchao's
                   float8 Linear (convert_to_float8_training, recipe "tensorwise") for torchao_fp8; so "tw:bf16" is
@@ -114,7 +116,31 @@ def shared_expert_to_tensorwise(moe: MoE, torchao_peer: bool, emulate: bool) -> 
                                                                    filter_fqns=()))
 
 
+CUTLASS_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
+
+
 def build_variant(base: MoE, full_name: str, emulate: bool) -> MoE:
+    full_name, _, cutlass_cfg = full_name.partition("^")
+    if cutlass_cfg:
+        from kernels.grouped_gemm.cutlass_backend import SCHEDULES, schedule_id
+        if not full_name.split("%")[0].removeprefix("tw:").startswith("mxfp8_mx128"):
+            raise ValueError(f"variant {full_name}^{cutlass_cfg}: ^<config> is for mxfp8_mx128 (CUTLASS kernels)")
+        saved = os.environ.get(CUTLASS_ENV)
+        os.environ[CUTLASS_ENV] = cutlass_cfg
+        try:
+            for p in SCHEDULES:  # check the string now: a typo is an error here, not inside torch.compile
+                schedule_id(p)
+        finally:
+            if saved is None:
+                os.environ.pop(CUTLASS_ENV)
+            else:
+                os.environ[CUTLASS_ENV] = saved
+    moe = _build_variant(base, full_name, emulate)
+    moe.cutlass_schedule = cutlass_cfg or None
+    return moe
+
+
+def _build_variant(base: MoE, full_name: str, emulate: bool) -> MoE:
     name, tw, traced = split_variant(full_name)
     if traced is not None and name in ("bf16", "torchao_fp8"):
         raise ValueError(f"variant {full_name!r}: %traced / %opaque are for our float8 variants (kernels.moe "
@@ -246,6 +272,32 @@ def kernel_split(step, steps):
             [{"kernel": k, "cat": c, "ms": round(t, 3)} for k, (c, t) in top])
 
 
+def gpu_gaps(step, steps, top=8):
+    """Where the GPU idles inside a step: `steps` steps, each issued on an idle GPU and synced (as `ms` times
+    them), profiled with host and CUDA activity; benchmarks/trace_gaps.py reads the Chrome trace. Returns the busy
+    share and the host work the longest idle stretches (>= 20 us) fell under."""
+    import importlib.util
+    import tempfile
+    from torch.profiler import ProfilerActivity, profile
+    spec = importlib.util.spec_from_file_location("_trace_gaps", os.path.join(ROOT, "benchmarks", "trace_gaps.py"))
+    tg = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tg)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            step()
+            torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        prof.export_chrome_trace(path)
+        events = tg.load_events(path)
+    span, busy, gaps = tg.gpu_gaps(events)
+    # the stretches between steps (host sync + the next step's first launches) count too: `ms` includes them
+    rows = tg.attribute(events, gaps, 20.0)[:top]
+    return {"span_ms": round(span / 1e3 / steps, 3), "busy_ms": round(busy / 1e3 / steps, 3),
+            "idle_ms": round((span - busy) / 1e3 / steps, 3),
+            "by_host_op": [dict(r, idle_ms=round(r["idle_ms"] / steps, 3)) for r in rows]}
+
+
 def versions():
     v = {"torch": torch.__version__, "python": platform.python_version()}
     for mod in ("triton", "torchao"):
@@ -268,6 +320,9 @@ def main():
                     help="also list the N Python functions with the most own time per step (cProfile)")
     ap.add_argument("--host-top", type=int, default=0,
                     help="also list the N host ops with the most self CPU time per step (CPU profiler)")
+    ap.add_argument("--gaps", action="store_true",
+                    help="also profile host + GPU activity and list the host work the GPU's idle time falls under "
+                         "(benchmarks/trace_gaps.py), per step")
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--compile-mode", default=None,
                     help="torch.compile mode (e.g. reduce-overhead: CUDA graphs, the bound on removing launch cost)")
@@ -334,6 +389,11 @@ def main():
                     xi.grad = None
                     kernels_moe.TRACED_LAUNCH = (traced_default if moe.traced_launch is None  # read while compiling
                                                  else moe.traced_launch)
+                    # the CUTLASS configuration is read while compiling (baked into the graph) and in eager calls
+                    if moe.cutlass_schedule:
+                        os.environ[CUTLASS_ENV] = moe.cutlass_schedule
+                    else:
+                        os.environ.pop(CUTLASS_ENV, None)
                     fwd(xi).backward(dout)
 
                 for _ in range(args.warmup if cuda else 1):
@@ -351,9 +411,10 @@ def main():
                     split, top = kernel_split(step, args.prof_steps)
                     htop = host_top(step, args.prof_steps, args.host_top) if args.host_top else []
                     htop += python_top(step, args.prof_steps, args.py_top) if args.py_top else []
+                    gaps = gpu_gaps(step, args.prof_steps) if args.gaps else None
                 else:
-                    peak, split, top, htop = None, {}, [], []
-                runs[name] = dict(step=step, times=[], host=[], peak=peak, split=split, top=top, htop=htop,
+                    peak, split, top, htop, gaps = None, {}, [], [], None
+                runs[name] = dict(step=step, times=[], host=[], peak=peak, split=split, top=top, htop=htop, gaps=gaps,
                                   setup_s=round(time.time() - t0, 1), note=getattr(moe, "gemm_note", None))
                 print(f"[{shape}] {name}: ready in {time.time() - t0:.0f} s", flush=True)
             except Exception as e:  # a variant that cannot run is reported, the others still run
@@ -388,7 +449,7 @@ def main():
                 "host_ms": round(statistics.median(r["host"]), 3) if r["host"] else None,
                 "pipelined_ms": round(statistics.median(r["pipelined"]), 3) if r.get("pipelined") else None,
                 "peak_step_gib": round(r["peak"], 3) if r["peak"] is not None else None,
-                "host_top": r["htop"],
+                "host_top": r["htop"], "gpu_gaps": r["gaps"],
                 "split_ms": r["split"], "top_kernels": r["top"], "setup_s": r["setup_s"], "note": r["note"]})
         save()
         del runs
@@ -410,6 +471,13 @@ def main():
         for h in r.get("host_top") or []:
             ms, what = (h["self_cpu_ms"], h["op"]) if "op" in h else (h["own_ms"], f"py {h['fn']} cum {h['cum_ms']}")
             print(f"  host {r['shape']} {r['variant']}: {ms:7.3f} ms  x{h['calls_per_step']:<5} {what}")
+    for r in report["results"]:
+        g = r.get("gpu_gaps")
+        if g:
+            print(f"  gaps {r['shape']} {r['variant']}: GPU span {g['span_ms']:.2f} ms/step, busy {g['busy_ms']:.2f}, "
+                  f"idle {g['idle_ms']:.2f}")
+            for h in g["by_host_op"]:
+                print(f"       {h['idle_ms']:7.3f} ms in {h['gaps']:3d} gaps under {h['host'][:110]}")
     print(f"\nwrote {path}")
 
 

@@ -15,13 +15,16 @@ Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16
                     -- dense cuBLAS at the same sizes, one launch per expert
   mx128_triton / mx32_triton   kernels.grouped_gemm with backend="triton"
   mx128_cutlass_coop / _pp     backend="cutlass", schedule cooperative (128x128 tiles) / pingpong (64x128)
+  cutlass[<config>] (--cutlass-configs) backend="cutlass" under that kernel configuration (cluster shape,
+                    raster order, swizzle: kernels/grouped_gemm/cutlass_backend.py SCHEDULES)
 Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantization, eager:
   bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
   pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass_{coop,pp} (token_align=128),
   op_mx32_triton
   (titan_fp8.float8.experts.mxfp8_grouped_mm). FLOPs: 3 GEMMs.
 Timing: triton.testing.do_bench median (kernels: two rotating input sets, each far larger than L2).
-Check: CUTLASS output vs Triton output of the same operands (norm-wise rel.; both vs float64 are in the GPU tests).
+Check: each mx128 output vs the first mx128 variant's output of the same operands (`rel_vs`, `rel_ref`: norm-wise
+rel.; every kernel vs float64 is in the GPU tests).
 Writes benchmarks/results/mxfp8_grouped_gemm_backends-<device>-<date>.json (or under $OUT when set).
 """
 
@@ -141,7 +144,26 @@ def main():
     ap.add_argument("--no-op", action="store_true")
     ap.add_argument("--no-cublas", action="store_true")
     ap.add_argument("--rep", type=int, default=REP)
+    ap.add_argument("--ours", default=",".join(OURS),
+                    help=f"which of our kernel variants to time (default all: {','.join(OURS)})")
+    ap.add_argument("--cutlass-configs", default="",
+                    help="also time the CUTLASS mx128 kernels under these configurations (comma list of "
+                         "cutlass_backend SCHEDULES strings, e.g. cooperative_2x1:along_n:swizzle=4); rows "
+                         "'cutlass[<config>]'")
     args = ap.parse_args()
+    ours = {}
+    for v in filter(None, args.ours.split(",")):
+        if v not in OURS:
+            raise SystemExit(f"--ours: {v!r} unknown; allowed: {', '.join(OURS)}")
+        ours[v] = OURS[v]
+    if args.cutlass_configs:
+        from kernels.grouped_gemm.cutlass_backend import config_id
+        for cfg in args.cutlass_configs.split(","):
+            try:
+                config_id(cfg, "--cutlass-configs")
+            except ValueError as e:
+                raise SystemExit(str(e))
+            ours[f"cutlass[{cfg}]"] = (128, 128, 128, "cutlass", cfg)
     REP = args.rep
     dev = "cuda"
     torch.manual_seed(0)
@@ -229,15 +251,20 @@ def main():
             del f8, w8, wt8
             torch.cuda.empty_cache()
             # ---- ours
-            outs = {}
-            for vname, (block, wtile, xtile, backend, sched) in OURS.items():
+            outs, operands = {}, {}
+            for vname, (block, wtile, xtile, backend, sched) in ours.items():
                 try:
-                    wq = to_mxfp8_blocked(w, -1, block, wtile)
-                    wqt = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, block, wtile)
+                    if (block, wtile, xtile) not in operands:  # quantized once per block layout
+                        operands.clear()
+                        torch.cuda.empty_cache()
+                        wq = to_mxfp8_blocked(w, -1, block, wtile)
+                        wqt = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, block, wtile)
+                        qs = [(to_mxfp8_blocked(x, -1, block, 1), to_mxfp8_blocked(dO, -1, block, 1),
+                               to_mxfp8_blocked(dO.t(), -1, block, 1), to_mxfp8_blocked(x.t(), -1, block, xtile))
+                              for x, dO in sets]
+                        operands[(block, wtile, xtile)] = (wq, wqt, qs)
+                    wq, wqt, qs = operands[(block, wtile, xtile)]
                     wn_data, wn_scale = wqt[0].transpose(1, 2), wqt[1].transpose(1, 2)
-                    qs = [(to_mxfp8_blocked(x, -1, block, 1), to_mxfp8_blocked(dO, -1, block, 1),
-                           to_mxfp8_blocked(dO.t(), -1, block, 1), to_mxfp8_blocked(x.t(), -1, block, xtile))
-                          for x, dO in sets]
                 except Exception as e:
                     rec(shape=shape, routing=rname, pass_="prep", variant=vname, error=repr(e)[:400])
                     continue
@@ -259,19 +286,19 @@ def main():
                     try:
                         out = mk(p, qs[0])()
                         torch.cuda.synchronize()
-                        if vname.startswith("mx128"):
+                        if vname.startswith(("mx128", "cutlass[")):  # vs the first mx128 variant timed
                             if (p, "mx128") in outs:
-                                extra["rel_vs_mx128_triton"] = float(f"{rel(out, outs[(p, 'mx128')]):.3g}")
+                                ref_name, ref = outs[(p, "mx128")]
+                                extra["rel_vs"] = float(f"{rel(out, ref):.3g}")
+                                extra["rel_ref"] = ref_name
                             else:
-                                outs[(p, "mx128")] = out
+                                outs[(p, "mx128")] = (vname, out)
                         del out
                     except Exception as e:
                         rec(shape=shape, routing=rname, pass_=p, variant=vname, error=repr(e)[:400])
                         continue
                     attempt(p, vname, lambda p=p: bench([mk(p, q) for q in qs]), **extra)
-                del qs, wq, wqt
-                torch.cuda.empty_cache()
-            del outs
+            del outs, operands
             torch.cuda.empty_cache()
             if not args.no_op:
                 op_rows(rec, experts, shape, rname, sizes, K, N)
@@ -326,15 +353,15 @@ def op_rows(rec, experts, shape, rname, sizes, K, N):
 def print_table(meta, rows, secs):
     print(f"\nMXFP8 grouped GEMM backends, {meta['device']}, torch {meta['torch']}, triton {meta['triton']}, "
           f"torchao {meta['torchao']}, E={E}, {TPE} tokens/expert, {secs:.0f}s")
-    print(f"{'shape':10s} {'routing':7s} {'pass':7s} {'variant':20s} {'ms':>8s} {'TFLOP/s':>8s} {'vs bf16':>8s} "
+    print(f"{'shape':10s} {'routing':7s} {'pass':7s} {'variant':44s} {'ms':>8s} {'TFLOP/s':>8s} {'vs bf16':>8s} "
           f"{'vs fp8rw':>8s} {'vs torchao':>10s} {'rel':>8s}")
     for r in rows:
         if "error" in r:
-            print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:20s} ERROR {r['error'][:90]}")
+            print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} ERROR {r['error'][:90]}")
             continue
-        print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:20s} {r['ms']:8.3f} "
+        print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} {r['ms']:8.3f} "
               f"{r['TFLOPs']:8.1f} {r.get('vs_bf16', ''):>8} {r.get('vs_fp8_rowwise', ''):>8} "
-              f"{r.get('vs_torchao_fp8_rowwise', ''):>10} {r.get('rel_vs_mx128_triton', ''):>8}")
+              f"{r.get('vs_torchao_fp8_rowwise', ''):>10} {r.get('rel_vs', ''):>8}")
 
 
 def write_json(meta, rows):

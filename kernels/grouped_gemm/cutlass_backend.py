@@ -1,7 +1,8 @@
 """CUTLASS backend of the "mx128" MXFP8 grouped GEMMs (sm_90a), built at first use.
 
 The kernels (cutlass_sm90/) are CUTLASS 4.2's sm_90 blockwise-scaled ptr-array grouped GEMM, instantiated per
-output dtype (bf16: fprop, dgrad, wgrad; fp32: wgrad) and schedule (cooperative, pingpong): A with one scale
+output dtype (bf16: fprop, dgrad, wgrad; fp32: wgrad) and kernel (schedule and cluster shape, see SCHEDULES),
+with the tile scheduler's raster order and swizzle chosen per call: A with one scale
 per 1x128 along the reduction axis, B with one scale per 128x128 tile, promotion into fp32 every 128 of the
 reduction. Our operands are the usual MXFP8 pairs (E8M0 bytes per 1x32 block) declared block=128 and
 w_tile / a_tile = 128; small CUDA kernels turn
@@ -29,24 +30,58 @@ import shutil
 import torch
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90")
-SOURCES = ("bindings.cpp", "blockwise_grouped_bf16_coop.cu", "blockwise_grouped_f32_coop.cu",
-           "blockwise_grouped_bf16_pp.cu", "blockwise_grouped_f32_pp.cu")
+_KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3}
+_KERNEL_TU = {"cooperative": "coop", "pingpong": "pp", "cooperative_2x1": "coop2x1", "cooperative_1x1": "coop1x1"}
+SOURCES = ("bindings.cpp",) + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in _KERNEL_TU.values()
+                                    for dt in ("bf16", "f32"))
 HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h")
 INSTALL_HINT = "pip install nvidia-cutlass==4.2.0.0"
 GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x128 tiles)
-# CUTLASS kernel schedule per pass (cutlass_sm90/grouped_problem.h): "cooperative" = 128x128x128 tiles, both
-# consumer warpgroups on one tile; "pingpong" = 64x128x128 tiles, warpgroups alternate so epilogues overlap
-# mainloops. Chosen from benchmarks/mxfp8_grouped_gemm_backends.py; $TITAN_FP8_CUTLASS_SCHEDULE overrides all.
+# CUTLASS kernel configuration per pass: "<kernel>[:along_n][:swizzle=S]".
+#   kernel (cutlass_sm90/grouped_problem.h): "cooperative" = 128x128x128 tiles, both consumer warpgroups on one
+#     tile, cluster 1x2; "pingpong" = 64x128x128 tiles, warpgroups alternate so epilogues overlap mainloops;
+#     "cooperative_2x1" / "cooperative_1x1" = cooperative with a 2x1 cluster (weight tiles multicast) / none;
+#   along_n: the persistent scheduler walks a group's tiles along N (default: along M);
+#   swizzle=S (1, 2, 4, 8): tiles visited in runs of S, so a wave of CTAs shares more operand tiles in L2.
+# Chosen from benchmarks/mxfp8_grouped_gemm_backends.py (--cutlass-configs sweeps them);
+# $TITAN_FP8_CUTLASS_SCHEDULE overrides them (see schedule_id).
 SCHEDULES = {"fprop": "cooperative", "dgrad": "cooperative", "wgrad": "cooperative"}
-_SCHED_ID = {"cooperative": 0, "pingpong": 1}
+
+
+def config_id(config: str, origin: str = "CUTLASS config") -> int:
+    """The int the extension takes for a configuration string (see SCHEDULES); ValueError naming the part."""
+    kernel, *opts = config.split(":")
+    if kernel not in _KERNEL_ID:
+        raise ValueError(f"{origin} {config!r}: kernel {kernel!r} unknown; allowed: {', '.join(_KERNEL_ID)}")
+    cid = _KERNEL_ID[kernel]
+    for opt in opts:
+        if opt == "along_n":
+            cid |= 1 << 4
+        elif opt.startswith("swizzle=") and opt[8:] in ("1", "2", "4", "8"):
+            cid |= (int(opt[8:]).bit_length() - 1) << 8
+        else:
+            raise ValueError(f"{origin} {config!r}: option {opt!r} unknown; allowed: along_n, swizzle=1|2|4|8")
+    return cid
 
 
 def schedule_id(pass_: str) -> int:
-    name = os.environ.get("TITAN_FP8_CUTLASS_SCHEDULE") or SCHEDULES[pass_]
-    if name not in _SCHED_ID:
-        raise ValueError(f"CUTLASS schedule {name!r} (TITAN_FP8_CUTLASS_SCHEDULE or SCHEDULES[{pass_!r}]); "
-                         f"allowed: {', '.join(_SCHED_ID)}")
-    return _SCHED_ID[name]
+    """The configuration of `pass_`: SCHEDULES, or $TITAN_FP8_CUTLASS_SCHEDULE, either one configuration for
+    every pass or per pass as "fprop=<config>;dgrad=<config>;wgrad=<config>" (passes left out keep SCHEDULES)."""
+    env = os.environ.get("TITAN_FP8_CUTLASS_SCHEDULE")
+    if not env:
+        return config_id(SCHEDULES[pass_], f"SCHEDULES[{pass_!r}]")
+    if "=" in env.split(":")[0]:
+        per_pass = {}
+        for part in filter(None, env.split(";")):
+            name, _, cfg = part.partition("=")
+            if name not in SCHEDULES:
+                raise ValueError(f"TITAN_FP8_CUTLASS_SCHEDULE {env!r}: pass {name!r} unknown; allowed: "
+                                 f"{', '.join(SCHEDULES)}")
+            per_pass[name] = cfg
+        if pass_ not in per_pass:
+            return config_id(SCHEDULES[pass_], f"SCHEDULES[{pass_!r}]")
+        return config_id(per_pass[pass_], f"TITAN_FP8_CUTLASS_SCHEDULE ({pass_})")
+    return config_id(env, "TITAN_FP8_CUTLASS_SCHEDULE")
 
 
 class CutlassUnavailable(RuntimeError):
@@ -175,37 +210,37 @@ def unsupported_reason(pass_: str, block: int, tile: int, reduction: int, out_co
 # ------------------------------------------------------------------------------------------ custom ops
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_cutlass", mutates_args=())
 def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
-            schedule: int) -> torch.Tensor:
+            config: int) -> torch.Tensor:
     """out[g] = A[g] @ B[e]^T; a [M, R], sa [M, R/32] (any strides), b [E, C, R] (R contiguous), sb [E, C, R/32]."""
     out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
     if out.numel() == 0:
         return out
     if a.shape[1] == 0 or offs.numel() == 0:
         return out.zero_()
-    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, schedule)
+    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config)
     return out
 
 
 @_rows_op.register_fake
-def _(a, sa, b, sb, offs, schedule):
+def _(a, sa, b, sb, offs, config):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_wgrad_cutlass", mutates_args=())
 def _red_op(x: torch.Tensor, sx: torch.Tensor, y: torch.Tensor, sy: torch.Tensor, offs: torch.Tensor,
-            out_dtype: torch.dtype, schedule: int) -> torch.Tensor:
+            out_dtype: torch.dtype, config: int) -> torch.Tensor:
     """dW[e] = X[:, tokens of e] @ Y[:, tokens of e]^T; x [N, T], y [K, T] token-major, scales [*, T/32]."""
     out = torch.empty(offs.shape[0], x.shape[0], y.shape[0], dtype=out_dtype, device=x.device)
     if out.numel() == 0:
         return out
     if x.shape[1] == 0:
         return out.zero_()
-    load().grouped_red(x.view(torch.uint8), sx, y.view(torch.uint8), sy, offs, out, schedule)
+    load().grouped_red(x.view(torch.uint8), sx, y.view(torch.uint8), sy, offs, out, config)
     return out
 
 
 @_red_op.register_fake
-def _(x, sx, y, sy, offs, out_dtype, schedule):
+def _(x, sx, y, sy, offs, out_dtype, config):
     return x.new_empty((offs.shape[0], x.shape[0], y.shape[0]), dtype=out_dtype)
 
 

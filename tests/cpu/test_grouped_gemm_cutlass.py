@@ -1,5 +1,7 @@
 """CPU checks of the CUTLASS backend's plumbing: the one-line toolchain errors, the backend switch (a named backend
 that cannot run raises, never falls back), the limits it declares, and the fake impls torch.compile traces."""
+import os
+
 import pytest
 import torch
 
@@ -146,9 +148,37 @@ def test_experts_op_accepts_the_backend_names():
 
 
 def test_schedule_override_is_checked(monkeypatch):
-    assert cb.schedule_id("fprop") in (0, 1)
+    assert cb.schedule_id("fprop") in range(4)
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "pingpong")
     assert cb.schedule_id("wgrad") == 1
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fast")
-    with pytest.raises(ValueError, match="'fast'.*cooperative, pingpong"):
+    with pytest.raises(ValueError, match="TITAN_FP8_CUTLASS_SCHEDULE 'fast'.*cooperative, pingpong"):
         cb.schedule_id("dgrad")
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fprop=cooperative_2x1:swizzle=2;wgrad=pingpong")
+    assert cb.schedule_id("fprop") == 2 | (1 << 8)
+    assert cb.schedule_id("wgrad") == 1
+    assert cb.schedule_id("dgrad") == cb.config_id(cb.SCHEDULES["dgrad"])
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fwd=cooperative")
+    with pytest.raises(ValueError, match="pass 'fwd' unknown"):
+        cb.schedule_id("fprop")
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "dgrad=cooperative:swizzle=5")
+    with pytest.raises(ValueError, match=r"\(dgrad\).*swizzle=5"):
+        cb.schedule_id("dgrad")
+
+
+def test_config_string_packs_kernel_raster_and_swizzle():
+    # the bit layout bindings.cpp's launch() unpacks: bits 0-3 kernel, bit 4 along N, bits 8-11 log2 swizzle
+    assert cb.config_id("cooperative") == 0
+    assert cb.config_id("cooperative_1x1") == 3
+    assert cb.config_id("cooperative_2x1:along_n") == 2 | 16
+    assert cb.config_id("pingpong:swizzle=8") == 1 | (3 << 8)
+    assert cb.config_id("cooperative:along_n:swizzle=2") == 16 | (1 << 8)
+    for bad, part in (("cooperative:swizzle=3", "swizzle=3"), ("cooperative:along_k", "along_k"),
+                      ("coop", "kernel 'coop'")):
+        with pytest.raises(ValueError, match=part):
+            cb.config_id(bad)
+    # every kernel has both output dtypes in the build
+    for tu in cb._KERNEL_TU.values():
+        assert f"blockwise_grouped_bf16_{tu}.cu" in cb.SOURCES and f"blockwise_grouped_f32_{tu}.cu" in cb.SOURCES
+        for dt in ("bf16", "f32"):
+            assert os.path.isfile(os.path.join(cb.SRC_DIR, f"blockwise_grouped_{dt}_{tu}.cu"))

@@ -8,10 +8,10 @@ from titan_fp8.float8.linear import Float8Linear
 from titan_fp8.models.moe import MoE, MoEArgs
 
 
-def _moe(shared):
-    args = MoEArgs(num_experts=4, top_k=2, hidden_dim=64, load_balance="none", num_shared_experts=1 if shared else 0,
-                   shared_hidden_dim=64 if shared else 0)
-    m = MoE(32, args)
+def _moe(shared, dim=32, hidden=64):
+    args = MoEArgs(num_experts=4, top_k=2, hidden_dim=hidden, load_balance="none",
+                   num_shared_experts=1 if shared else 0, shared_hidden_dim=64 if shared else 0)
+    m = MoE(dim, args)
     m.init_weights(0.02)
     return m
 
@@ -44,3 +44,16 @@ def test_errors_name_the_variant():
         build_variant(_moe(True), "bf16%traced", emulate=True)
     with pytest.raises(ValueError, match="needs CUDA"):
         build_variant(_moe(True), "fp8_rowwise%traced", emulate=True)
+
+
+def test_cutlass_config_suffix(monkeypatch):
+    monkeypatch.delenv("TITAN_FP8_CUTLASS_SCHEDULE", raising=False)
+    moe = build_variant(_moe(True, 128, 128), "tw:mxfp8_mx128^fprop=cooperative_2x1:swizzle=4", emulate=True)
+    assert moe.cutlass_schedule == "fprop=cooperative_2x1:swizzle=4"
+    assert build_variant(_moe(True, 128, 128), "mxfp8_mx128", emulate=True).cutlass_schedule is None
+    import os
+    assert "TITAN_FP8_CUTLASS_SCHEDULE" not in os.environ  # the check leaves the environment as it was
+    with pytest.raises(ValueError, match="swizzle=3"):
+        build_variant(_moe(True), "mxfp8_mx128^cooperative:swizzle=3", emulate=True)
+    with pytest.raises(ValueError, match="is for mxfp8_mx128"):
+        build_variant(_moe(True), "fp8_rowwise^cooperative", emulate=True)

@@ -35,9 +35,9 @@ def compare_with_nan(out, ref, tol):
     assert rel(out[rows].float(), ref[rows]) < tol
 
 
-@pytest.fixture(params=["cooperative", "pingpong"])
+@pytest.fixture(params=["cooperative", "pingpong", "cooperative_2x1:along_n", "cooperative_1x1:swizzle=4"])
 def schedule(request, monkeypatch):
-    """Both CUTLASS schedules (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
+    """Every CUTLASS kernel, and the scheduler options (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", request.param)
     return request.param
 

@@ -18,18 +18,33 @@ int sm_count_of(int device) {
   return n;
 }
 
-void launch(titan_mx::GroupedProblem& p, const torch::Tensor& like, bool f32, int64_t sched) {
-  using namespace titan_mx;
-  TORCH_CHECK(sched == kCooperative || sched == kPingpong, "cutlass mx128: schedule ", sched, " unknown");
-  bool pp = sched == kPingpong;
-  auto scratch_bytes = f32 ? (pp ? scratch_bytes_f32_pp : scratch_bytes_f32_coop)
-                           : (pp ? scratch_bytes_bf16_pp : scratch_bytes_bf16_coop);
-  auto run = f32 ? (pp ? run_f32_pp : run_f32_coop) : (pp ? run_bf16_pp : run_bf16_coop);
+using ScratchFn = size_t (*)(const titan_mx::GroupedProblem&, int);
+using RunFn = const char* (*)(const titan_mx::GroupedProblem&, void*, size_t, int, cudaStream_t);
+// [schedule][f32 output]
+constexpr ScratchFn kScratch[titan_mx::kNumSchedules][2] = {
+    {titan_mx::scratch_bytes_bf16_coop, titan_mx::scratch_bytes_f32_coop},
+    {titan_mx::scratch_bytes_bf16_pp, titan_mx::scratch_bytes_f32_pp},
+    {titan_mx::scratch_bytes_bf16_coop2x1, titan_mx::scratch_bytes_f32_coop2x1},
+    {titan_mx::scratch_bytes_bf16_coop1x1, titan_mx::scratch_bytes_f32_coop1x1}};
+constexpr RunFn kRun[titan_mx::kNumSchedules][2] = {
+    {titan_mx::run_bf16_coop, titan_mx::run_f32_coop},
+    {titan_mx::run_bf16_pp, titan_mx::run_f32_pp},
+    {titan_mx::run_bf16_coop2x1, titan_mx::run_f32_coop2x1},
+    {titan_mx::run_bf16_coop1x1, titan_mx::run_f32_coop1x1}};
+
+// config (kernels/grouped_gemm/cutlass_backend.py packs it): bits 0-3 the Schedule, bit 4 raster along N,
+// bits 8-11 log2 of the tile swizzle.
+void launch(titan_mx::GroupedProblem& p, const torch::Tensor& like, bool f32, int64_t config) {
+  int64_t sched = config & 15, swizzle_log2 = (config >> 8) & 15;
+  TORCH_CHECK(sched < titan_mx::kNumSchedules && swizzle_log2 <= 3 && (config & ~int64_t(0xf1f)) == 0,
+              "cutlass mx128: kernel config ", config, " unknown");
+  p.raster_along_n = int((config >> 4) & 1);
+  p.max_swizzle = 1 << swizzle_log2;
   int sm = sm_count_of(like.get_device());
-  size_t bytes = scratch_bytes(p, sm);
+  size_t bytes = kScratch[sched][f32](p, sm);
   auto scratch = torch::empty({int64_t(bytes)}, like.options().dtype(torch::kUInt8));
   auto stream = c10::cuda::getCurrentCUDAStream(like.get_device()).stream();
-  const char* err = run(p, scratch.data_ptr(), bytes, sm, stream);
+  const char* err = kRun[sched][f32](p, scratch.data_ptr(), bytes, sm, stream);
   TORCH_CHECK(err == nullptr, "titan_fp8 CUTLASS mx128 grouped GEMM: ", err ? err : "");
 }
 
@@ -40,9 +55,9 @@ void check_common(const torch::Tensor& t, const char* name, int64_t dim) {
 }  // namespace
 
 // out[M, C] (bf16) = per group: a[rows of g] @ b[g]^T. a [M, R] fp8 (R contiguous), sa [M, R/32] uint8 (strided),
-// b [E, C, R] fp8 (R contiguous), sb [E, C, R/32] uint8 (strided), offs int32 [E]; sched: titan_mx::Schedule.
+// b [E, C, R] fp8 (R contiguous), sb [E, C, R/32] uint8 (strided), offs int32 [E]; config: see launch.
 void grouped_rows(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Tensor sb, torch::Tensor offs,
-                  torch::Tensor out, int64_t sched) {
+                  torch::Tensor out, int64_t config) {
   check_common(a, "a", 2); check_common(sa, "sa", 2); check_common(b, "b", 3); check_common(sb, "sb", 3);
   check_common(offs, "offs", 1); check_common(out, "out", 2);
   TORCH_CHECK(a.stride(1) == 1 && b.stride(2) == 1 && out.stride(1) == 1,
@@ -59,13 +74,13 @@ void grouped_rows(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Ten
   p.sa = sa.data_ptr<uint8_t>(); p.sa_s0 = sa.stride(0); p.sa_s1 = sa.stride(1);
   p.sb = sb.data_ptr<uint8_t>(); p.sb_s0 = sb.stride(0); p.sb_s1 = sb.stride(1); p.sb_s2 = sb.stride(2);
   p.out = out.data_ptr(); p.ldo = out.stride(0);
-  launch(p, a, false, sched);
+  launch(p, a, false, config);
 }
 
 // out[E, N, C] (fp32 or bf16) = per group: x[:, tokens of g] @ y[:, tokens of g]^T. x [N, T] fp8, sx [N, T/32] uint8,
 // y [C, T] fp8, sy [C, T/32] uint8 (tokens contiguous in x and y), offs int32 [E] (multiples of 128).
 void grouped_red(torch::Tensor x, torch::Tensor sx, torch::Tensor y, torch::Tensor sy, torch::Tensor offs,
-                 torch::Tensor out, int64_t sched) {
+                 torch::Tensor out, int64_t config) {
   check_common(x, "x", 2); check_common(sx, "sx", 2); check_common(y, "y", 2); check_common(sy, "sy", 2);
   check_common(offs, "offs", 1); check_common(out, "out", 3);
   TORCH_CHECK(x.stride(1) == 1 && y.stride(1) == 1 && out.stride(2) == 1,
@@ -83,7 +98,7 @@ void grouped_red(torch::Tensor x, torch::Tensor sx, torch::Tensor y, torch::Tens
   p.sa = sx.data_ptr<uint8_t>(); p.sa_s0 = sx.stride(0); p.sa_s1 = sx.stride(1);
   p.sb = sy.data_ptr<uint8_t>(); p.sb_s1 = sy.stride(0); p.sb_s2 = sy.stride(1);
   p.out = out.data_ptr(); p.ldo = out.stride(1); p.out_group_stride = out.stride(0);
-  launch(p, x, out.scalar_type() == torch::kFloat32, sched);
+  launch(p, x, out.scalar_type() == torch::kFloat32, config);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {

@@ -164,8 +164,7 @@ __global__ void build_args_kernel(GroupedProblem p, const float* sfa, const floa
 }
 
 // ------------------------------------------------------------------------------------------------ the GEMM
-// Sched: kCooperative or kPingpong (grouped_problem.h). Both: cluster 1x2 (A multicast), fp32 accumulation
-// promoted every 128 of the reduction.
+// Sched: a Schedule of grouped_problem.h. All: fp32 accumulation promoted every 128 of the reduction.
 
 template <class ElementD, int Sched>
 struct BlockwiseGrouped {
@@ -184,7 +183,10 @@ struct BlockwiseGrouped {
                                           cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
   using MainSchedule = cute::conditional_t<kPP, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
-  using ClusterShape = cute::Shape<cute::_1, cute::_2, cute::_1>;
+  using ClusterShape = cute::conditional_t<
+      Sched == kCoop2x1, cute::Shape<cute::_2, cute::_1, cute::_1>,
+      cute::conditional_t<Sched == kCoop1x1, cute::Shape<cute::_1, cute::_1, cute::_1>,
+                          cute::Shape<cute::_1, cute::_2, cute::_1>>>;
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128>;  // MN-major SFA / SFB
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
@@ -260,6 +262,9 @@ struct BlockwiseGrouped {
          reinterpret_cast<const float**>(base + c.psfb), nullptr},
         {{}, nullptr, nullptr, reinterpret_cast<ElementD**>(base + c.pd), reinterpret_cast<StrideD*>(base + c.std_)},
         hw};
+    using RasterOrder = decltype(args.scheduler.raster_order);
+    args.scheduler.raster_order = p.raster_along_n ? RasterOrder::AlongN : RasterOrder::AlongM;
+    args.scheduler.max_swizzle_size = p.max_swizzle;
     auto& fusion = args.epilogue.thread;
     fusion.alpha = 1.0f;
     fusion.beta = 0.0f;

@@ -1,4 +1,4 @@
-// One (output dtype, schedule) instantiation per translation unit, so the build compiles them in parallel.
+// One (output dtype, kernel) instantiation per translation unit, so the build compiles them in parallel.
 #include "blockwise_grouped.cuh"
 
 namespace titan_mx {

@@ -25,19 +25,33 @@ struct GroupedProblem {
   const uint8_t* sa = nullptr; int64_t sa_s0 = 0, sa_s1 = 0;
   const uint8_t* sb = nullptr; int64_t sb_s0 = 0, sb_s1 = 0, sb_s2 = 0;
   void* out = nullptr; int64_t ldo = 0; int64_t out_group_stride = 0;
+  // persistent tile scheduler: raster along M (0) or N (1) inside a group; tiles swizzled in runs of max_swizzle
+  // (1, 2, 4 or 8) so a wave of CTAs shares more A rows / B columns in L2
+  int raster_along_n = 0;
+  int max_swizzle = 1;
 };
 
-// Schedules: kCooperative = 128x128x128 tiles, both consumer warpgroups on one tile (CUTLASS example 68's choice);
-// kPingpong = 64x128x128 tiles, the two consumer warpgroups alternate tiles so one's epilogue overlaps the other's
-// mainloop. One translation unit per (output dtype, schedule): *_coop / *_pp; nullptr on success, else a message.
-enum Schedule : int { kCooperative = 0, kPingpong = 1 };
-size_t scratch_bytes_bf16_coop(const GroupedProblem& p, int sm_count);
-size_t scratch_bytes_f32_coop(const GroupedProblem& p, int sm_count);
-size_t scratch_bytes_bf16_pp(const GroupedProblem& p, int sm_count);
-size_t scratch_bytes_f32_pp(const GroupedProblem& p, int sm_count);
-const char* run_bf16_coop(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
-const char* run_f32_coop(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
-const char* run_bf16_pp(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
-const char* run_f32_pp(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s);
+// Kernels (one per schedule and cluster shape; each instantiated for bf16 and fp32 output, one translation unit
+// per pair, *_<kernel>.cu, so the build compiles them in parallel):
+//   kCooperative  128x128x128 tiles, both consumer warpgroups on one tile, cluster 1x2 (A multicast; CUTLASS
+//                 example 68's choice)
+//   kPingpong     64x128x128 tiles, the two consumer warpgroups alternate tiles so one's epilogue overlaps the
+//                 other's mainloop, cluster 1x2
+//   kCoop2x1      cooperative, cluster 2x1 (B multicast: two M tiles of one group share each weight tile load)
+//   kCoop1x1      cooperative, no cluster
+// Larger tiles do not fit: the blockwise mainloop keeps two fp32 accumulators (the running sum and the partial of
+// the current 128 of the reduction), so a 64x256 or 128x128 tile per warpgroup needs 256 registers a thread.
+enum Schedule : int { kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3 };
+constexpr int kNumSchedules = 4;
+
+#define TITAN_MX_DECLARE(DT, SCHED)                                                                   \
+  size_t scratch_bytes_##DT##_##SCHED(const GroupedProblem& p, int sm_count);                         \
+  const char* run_##DT##_##SCHED(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count,  \
+                                 cudaStream_t s);
+TITAN_MX_DECLARE(bf16, coop) TITAN_MX_DECLARE(f32, coop)
+TITAN_MX_DECLARE(bf16, pp) TITAN_MX_DECLARE(f32, pp)
+TITAN_MX_DECLARE(bf16, coop2x1) TITAN_MX_DECLARE(f32, coop2x1)
+TITAN_MX_DECLARE(bf16, coop1x1) TITAN_MX_DECLARE(f32, coop1x1)
+#undef TITAN_MX_DECLARE
 
 }  // namespace titan_mx
