@@ -22,6 +22,7 @@ A missing compiler or header raises CutlassUnavailable with one line naming what
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -37,51 +38,74 @@ SOURCES = ("bindings.cpp",) + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in 
 HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h")
 INSTALL_HINT = "pip install nvidia-cutlass==4.2.0.0"
 GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x128 tiles)
-# CUTLASS kernel configuration per pass: "<kernel>[:along_n][:swizzle=S]".
+# CUTLASS kernel configuration per pass: "<kernel>[:along_m|:along_n][:swizzle=S]".
 #   kernel (cutlass_sm90/grouped_problem.h): "cooperative" = 128x128x128 tiles, both consumer warpgroups on one
 #     tile, cluster 1x2; "pingpong" = 64x128x128 tiles, warpgroups alternate so epilogues overlap mainloops;
 #     "cooperative_2x1" / "cooperative_1x1" = cooperative with a 2x1 cluster (weight tiles multicast) / none;
-#   along_n: the persistent scheduler walks a group's tiles along N (default: along M);
-#   swizzle=S (1, 2, 4, 8): tiles visited in runs of S, so a wave of CTAs shares more operand tiles in L2.
-# Chosen from benchmarks/mxfp8_grouped_gemm_backends.py (--cutlass-configs sweeps them);
-# $TITAN_FP8_CUTLASS_SCHEDULE overrides them (see schedule_id).
+#   along_m / along_n: the order in which the persistent scheduler walks a group's output tiles. Left out: along
+#     the dimension with FEWER tiles per group (along N when a group's output has more 128-row tiles than
+#     128-column tiles), so each wave of CTAs covers whole rows of the short side and re-reads the long side's
+#     operand from L2. That is what the sweep measured best in 17 of the 18 (shape, pass) cells of
+#     benchmarks/results/mxfp8_grouped_gemm_backends-h100-*-2026-11-23-sweep.md (+4-9% over along M where
+#     they differ); CUTLASS's grouped scheduler itself always walks along M;
+#   swizzle=S (1, 2, 4, 8): tiles visited in runs of S.
+# The configuration is read at call time (inside the custom ops), so $TITAN_FP8_CUTLASS_SCHEDULE also reaches
+# graphs torch.compile already traced; it overrides SCHEDULES (see schedule_id).
 SCHEDULES = {"fprop": "cooperative", "dgrad": "cooperative", "wgrad": "cooperative"}
+_ALONG_N_BIT = 1 << 4
 
 
-def config_id(config: str, origin: str = "CUTLASS config") -> int:
-    """The int the extension takes for a configuration string (see SCHEDULES); ValueError naming the part."""
+@functools.lru_cache(maxsize=256)
+def _parse_config(config: str, origin: str) -> tuple[int, str]:
+    """(kernel and swizzle bits, raster "auto" / "m" / "n") of a configuration string; ValueError naming the part."""
     kernel, *opts = config.split(":")
     if kernel not in _KERNEL_ID:
         raise ValueError(f"{origin} {config!r}: kernel {kernel!r} unknown; allowed: {', '.join(_KERNEL_ID)}")
-    cid = _KERNEL_ID[kernel]
+    bits, raster = _KERNEL_ID[kernel], "auto"
     for opt in opts:
-        if opt == "along_n":
-            cid |= 1 << 4
+        if opt in ("along_m", "along_n"):
+            raster = opt[-1]
         elif opt.startswith("swizzle=") and opt[8:] in ("1", "2", "4", "8"):
-            cid |= (int(opt[8:]).bit_length() - 1) << 8
+            bits |= (int(opt[8:]).bit_length() - 1) << 8
         else:
-            raise ValueError(f"{origin} {config!r}: option {opt!r} unknown; allowed: along_n, swizzle=1|2|4|8")
-    return cid
+            raise ValueError(f"{origin} {config!r}: option {opt!r} unknown; allowed: along_m, along_n, "
+                             f"swizzle=1|2|4|8")
+    return bits, raster
 
 
-def schedule_id(pass_: str) -> int:
-    """The configuration of `pass_`: SCHEDULES, or $TITAN_FP8_CUTLASS_SCHEDULE, either one configuration for
-    every pass or per pass as "fprop=<config>;dgrad=<config>;wgrad=<config>" (passes left out keep SCHEDULES)."""
+def config_id(config: str, origin: str = "CUTLASS config", m_tiles: float = 0.0, n_tiles: float = 0.0) -> int:
+    """The int the extension takes (bindings.cpp launch(): bits 0-3 kernel, bit 4 along N, bits 8-11 log2 swizzle)
+    for a configuration string and a call whose groups have about m_tiles x n_tiles output tiles."""
+    bits, raster = _parse_config(config, origin)
+    if raster == "n" or (raster == "auto" and m_tiles > n_tiles):
+        bits |= _ALONG_N_BIT
+    return bits
+
+
+def schedule_config(pass_: str) -> tuple[str, str]:
+    """(configuration string, where it came from) of `pass_`: SCHEDULES, or $TITAN_FP8_CUTLASS_SCHEDULE, either
+    one configuration for every pass or per pass as "fprop=<config>;dgrad=<config>;wgrad=<config>" (passes left
+    out keep SCHEDULES)."""
     env = os.environ.get("TITAN_FP8_CUTLASS_SCHEDULE")
     if not env:
-        return config_id(SCHEDULES[pass_], f"SCHEDULES[{pass_!r}]")
-    if "=" in env.split(":")[0]:
-        per_pass = {}
-        for part in filter(None, env.split(";")):
-            name, _, cfg = part.partition("=")
-            if name not in SCHEDULES:
-                raise ValueError(f"TITAN_FP8_CUTLASS_SCHEDULE {env!r}: pass {name!r} unknown; allowed: "
-                                 f"{', '.join(SCHEDULES)}")
-            per_pass[name] = cfg
-        if pass_ not in per_pass:
-            return config_id(SCHEDULES[pass_], f"SCHEDULES[{pass_!r}]")
-        return config_id(per_pass[pass_], f"TITAN_FP8_CUTLASS_SCHEDULE ({pass_})")
-    return config_id(env, "TITAN_FP8_CUTLASS_SCHEDULE")
+        return SCHEDULES[pass_], f"SCHEDULES[{pass_!r}]"
+    if "=" not in env.split(":")[0]:
+        return env, "TITAN_FP8_CUTLASS_SCHEDULE"
+    per_pass = {}
+    for part in filter(None, env.split(";")):
+        name, _, cfg = part.partition("=")
+        if name not in SCHEDULES:
+            raise ValueError(f"TITAN_FP8_CUTLASS_SCHEDULE {env!r}: pass {name!r} unknown; allowed: "
+                             f"{', '.join(SCHEDULES)}")
+        per_pass[name] = cfg
+    if pass_ not in per_pass:
+        return SCHEDULES[pass_], f"SCHEDULES[{pass_!r}]"
+    return per_pass[pass_], f"TITAN_FP8_CUTLASS_SCHEDULE ({pass_})"
+
+
+def schedule_id(pass_: str, m_tiles: float = 0.0, n_tiles: float = 0.0) -> int:
+    """The extension's int for `pass_` (schedule_config) on a call with about m_tiles x n_tiles tiles per group."""
+    return config_id(*schedule_config(pass_), m_tiles, n_tiles)
 
 
 class CutlassUnavailable(RuntimeError):
@@ -210,44 +234,47 @@ def unsupported_reason(pass_: str, block: int, tile: int, reduction: int, out_co
 # ------------------------------------------------------------------------------------------ custom ops
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_cutlass", mutates_args=())
 def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
-            config: int) -> torch.Tensor:
-    """out[g] = A[g] @ B[e]^T; a [M, R], sa [M, R/32] (any strides), b [E, C, R] (R contiguous), sb [E, C, R/32]."""
+            pass_: str) -> torch.Tensor:
+    """out[g] = A[g] @ B[e]^T; a [M, R], sa [M, R/32] (any strides), b [E, C, R] (R contiguous), sb [E, C, R/32].
+    pass_ ("fprop" / "dgrad") names the configuration (schedule_config), read here at call time."""
     out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
     if out.numel() == 0:
         return out
     if a.shape[1] == 0 or offs.numel() == 0:
         return out.zero_()
+    config = schedule_id(pass_, a.shape[0] / max(offs.shape[0], 1) / GRAN, b.shape[1] / GRAN)
     load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config)
     return out
 
 
 @_rows_op.register_fake
-def _(a, sa, b, sb, offs, config):
+def _(a, sa, b, sb, offs, pass_):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_wgrad_cutlass", mutates_args=())
 def _red_op(x: torch.Tensor, sx: torch.Tensor, y: torch.Tensor, sy: torch.Tensor, offs: torch.Tensor,
-            out_dtype: torch.dtype, config: int) -> torch.Tensor:
+            out_dtype: torch.dtype, pass_: str) -> torch.Tensor:
     """dW[e] = X[:, tokens of e] @ Y[:, tokens of e]^T; x [N, T], y [K, T] token-major, scales [*, T/32]."""
     out = torch.empty(offs.shape[0], x.shape[0], y.shape[0], dtype=out_dtype, device=x.device)
     if out.numel() == 0:
         return out
     if x.shape[1] == 0:
         return out.zero_()
+    config = schedule_id(pass_, x.shape[0] / GRAN, y.shape[0] / GRAN)
     load().grouped_red(x.view(torch.uint8), sx, y.view(torch.uint8), sy, offs, out, config)
     return out
 
 
 @_red_op.register_fake
-def _(x, sx, y, sy, offs, out_dtype, config):
+def _(x, sx, y, sy, offs, out_dtype, pass_):
     return x.new_empty((offs.shape[0], x.shape[0], y.shape[0]), dtype=out_dtype)
 
 
 def fprop(a_data, a_scale, w_data, w_scale, offs):
     a = a_data if a_data.stride(-1) == 1 else a_data.contiguous()
     w = w_data if w_data.stride(-1) == 1 else w_data.contiguous()
-    return _rows_op(a, a_scale, w, w_scale, offs, schedule_id("fprop"))
+    return _rows_op(a, a_scale, w, w_scale, offs, "fprop")
 
 
 def dgrad(do_data, do_scale, w_data, w_scale, offs):
@@ -255,7 +282,7 @@ def dgrad(do_data, do_scale, w_data, w_scale, offs):
     wt = w_data.transpose(1, 2)  # [E, K, N]: rows k, reduction n (N contiguous for a transposed view)
     if wt.stride(-1) != 1:
         wt = wt.contiguous()
-    return _rows_op(do, do_scale, wt, w_scale.transpose(1, 2), offs, schedule_id("dgrad"))
+    return _rows_op(do, do_scale, wt, w_scale.transpose(1, 2), offs, "dgrad")
 
 
 def wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32):
@@ -264,4 +291,4 @@ def wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.floa
     # the scale grid of both operands is the global 128-token grid: every group must start on it
     torch._assert_async((offs % GRAN == 0).all(), "mxfp8_grouped_mm_wgrad (cutlass): every group must start and "
                                                   "end on a multiple of 128 tokens (pad groups to 128)")
-    return _red_op(x, do_t_scale, y, a_t_scale, offs, out_dtype, schedule_id("wgrad"))
+    return _red_op(x, do_t_scale, y, a_t_scale, offs, out_dtype, "wgrad")

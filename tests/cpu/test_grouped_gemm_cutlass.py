@@ -125,13 +125,13 @@ def test_cutlass_fake_impls_give_shapes():
         b = torch.empty(3, 384, 256, dtype=torch.float8_e4m3fn)
         sb = torch.empty(3, 384, 8, dtype=torch.uint8)
         offs = torch.empty(3, dtype=torch.int32)
-        out = torch.ops.titan_fp8.mx128_grouped_mm_rows_cutlass(a, sa, b, sb, offs, 0)
+        out = torch.ops.titan_fp8.mx128_grouped_mm_rows_cutlass(a, sa, b, sb, offs, "fprop")
         assert out.shape == (100, 384) and out.dtype == torch.bfloat16
         x = torch.empty(384, 512, dtype=torch.float8_e4m3fn)
         sx = torch.empty(384, 16, dtype=torch.uint8)
         y = torch.empty(256, 512, dtype=torch.float8_e4m3fn)
         sy = torch.empty(256, 16, dtype=torch.uint8)
-        dw = torch.ops.titan_fp8.mx128_grouped_mm_wgrad_cutlass(x, sx, y, sy, offs, torch.float32, 1)
+        dw = torch.ops.titan_fp8.mx128_grouped_mm_wgrad_cutlass(x, sx, y, sy, offs, torch.float32, "wgrad")
         assert dw.shape == (3, 384, 256) and dw.dtype == torch.float32
 
 
@@ -173,6 +173,13 @@ def test_config_string_packs_kernel_raster_and_swizzle():
     assert cb.config_id("cooperative_2x1:along_n") == 2 | 16
     assert cb.config_id("pingpong:swizzle=8") == 1 | (3 << 8)
     assert cb.config_id("cooperative:along_n:swizzle=2") == 16 | (1 << 8)
+    # raster left out: along N exactly when a group's output has more row tiles than column tiles
+    assert cb.config_id("cooperative", m_tiles=64, n_tiles=16) == 16
+    assert cb.config_id("cooperative", m_tiles=16, n_tiles=56) == 0
+    assert cb.config_id("cooperative", m_tiles=32, n_tiles=32) == 0
+    assert cb.config_id("cooperative:along_m", m_tiles=64, n_tiles=16) == 0
+    assert cb.config_id("cooperative:along_n", m_tiles=16, n_tiles=56) == 16
+    assert cb.schedule_id("wgrad", 56, 16) == cb.config_id(cb.SCHEDULES["wgrad"], m_tiles=56, n_tiles=16)
     for bad, part in (("cooperative:swizzle=3", "swizzle=3"), ("cooperative:along_k", "along_k"),
                       ("coop", "kernel 'coop'")):
         with pytest.raises(ValueError, match=part):
@@ -182,3 +189,35 @@ def test_config_string_packs_kernel_raster_and_swizzle():
         assert f"blockwise_grouped_bf16_{tu}.cu" in cb.SOURCES and f"blockwise_grouped_f32_{tu}.cu" in cb.SOURCES
         for dt in ("bf16", "f32"):
             assert os.path.isfile(os.path.join(cb.SRC_DIR, f"blockwise_grouped_{dt}_{tu}.cu"))
+
+
+def test_config_is_read_when_the_op_runs_not_when_it_is_traced(monkeypatch):
+    """A compiled graph calls the CUTLASS ops with the pass name; the configuration ($TITAN_FP8_CUTLASS_SCHEDULE /
+    SCHEDULES) and the raster choice from the call's shapes are resolved per call (a constant baked in at trace
+    time made benchmarks/moe_layer.py's ^<config> variants rerun the first variant's graph)."""
+    seen = []
+
+    class FakeExt:
+        def grouped_rows(self, a, sa, b, sb, offs, out, config):
+            seen.append(config)
+            out.fill_(1.0)
+
+    monkeypatch.setattr(cb, "load", lambda: FakeExt())
+    monkeypatch.delenv("TITAN_FP8_CUTLASS_SCHEDULE", raising=False)
+    E, rows, R, C = 2, 256, 256, 128  # 128 rows per group = 1 row tile; C = 1 column tile: raster along M
+    a = torch.zeros(rows, R, dtype=torch.float8_e4m3fn)
+    sa = torch.zeros(rows, R // 32, dtype=torch.uint8)
+    b = torch.zeros(E, C, R, dtype=torch.float8_e4m3fn)
+    sb = torch.zeros(E, C, R // 32, dtype=torch.uint8)
+    offs = torch.tensor([128, 256], dtype=torch.int32)
+    f = torch.compile(lambda a, b: cb.fprop(a, sa, b, sb, offs), backend="aot_eager", fullgraph=True)
+    f(a, b)
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fprop=cooperative_1x1:along_n:swizzle=2")
+    f(a, b)
+    assert seen == [0, 3 | 16 | (1 << 8)]
+    # raster from the shapes: 4 row tiles per group > 1 column tile -> along N
+    monkeypatch.delenv("TITAN_FP8_CUTLASS_SCHEDULE")
+    a4 = torch.zeros(4 * rows, R, dtype=torch.float8_e4m3fn)
+    sa4 = torch.zeros(4 * rows, R // 32, dtype=torch.uint8)
+    cb.fprop(a4, sa4, b, sb, offs * 4)
+    assert seen[-1] == 16
