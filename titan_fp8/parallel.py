@@ -208,6 +208,10 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
         if ac_mode != "none":
             block = apply_activation_checkpointing(block, ac_mode)
         if job_config.compile.enable:
+            for mod in block.modules():  # what the experts' GEMM backend needs, loaded before dynamo traces it
+                prepare = getattr(mod, "prepare_backend", None)
+                if callable(prepare):
+                    prepare(mesh.device_type)
             # A wrapper (as torchtitan does), so FSDP2's hooks, registered on the wrapper below, run outside
             # the compiled region. The "_orig_mod." it adds to names is stripped by DCP's state_dict helpers,
             # like checkpoint_wrapper's prefix. fullgraph stays off: a graph break costs a little speed,

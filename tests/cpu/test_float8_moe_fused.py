@@ -348,3 +348,64 @@ def test_compiled_kernel_path_keeps_no_float8_weight_for_backward():
         ops = expert_weight_operands(wt, "mxfp8", gran, which="bwd")
         assert torch.equal(data.view(torch.uint8), ops.bwd_data.view(torch.uint8)), gran
         assert torch.equal(scale.transpose(1, 2), ops.bwd_scale), gran
+
+
+def test_prepare_backend_loads_cutlass_only_where_it_will_run(monkeypatch):
+    """parallelize() calls prepare_backend before torch.compile: the CUTLASS extension must be loaded eagerly for
+    mxfp8 mx128 on CUDA (traced, its first load is a graph break in every step), and nowhere else."""
+    from kernels.grouped_gemm import cutlass_backend
+    from titan_fp8.float8.experts import Float8GroupedExperts
+    calls = []
+
+    def fake_load():
+        calls.append(1)
+        if fail:
+            raise cutlass_backend.CutlassUnavailable("no nvcc")
+    monkeypatch.setattr(cutlass_backend, "load", fake_load)
+    fail = False
+    with torch.device("meta"):
+        mx128 = Float8GroupedExperts(128, 128, 2, "mxfp8", "mx128")
+        mx32 = Float8GroupedExperts(128, 128, 2, "mxfp8", "mx32")
+        rw = Float8GroupedExperts(128, 128, 2, "fp8_rowwise")
+        named = Float8GroupedExperts(128, 128, 2, "mxfp8", "mx128", backend="cutlass")
+        tri = Float8GroupedExperts(128, 128, 2, "mxfp8", "mx128", backend="triton")
+    mx128.prepare_backend("cpu")
+    mx32.prepare_backend("cuda")
+    rw.prepare_backend("cuda")
+    tri.prepare_backend("cuda")
+    assert calls == []
+    mx128.prepare_backend("cuda")
+    assert calls == [1]
+    fail = True
+    mx128.prepare_backend(torch.device("cuda", 0))  # "auto": falls back to Triton later, logged there
+    with pytest.raises(cutlass_backend.CutlassUnavailable, match="no nvcc"):
+        named.prepare_backend("cuda")
+
+
+def test_parallelize_prepares_the_expert_backends_before_compiling(monkeypatch):
+    import dataclasses
+
+    import torch.distributed as dist
+
+    from titan_fp8.config import load_config
+    from titan_fp8.float8 import Float8Config, convert_to_float8_training
+    from titan_fp8.float8.experts import Float8GroupedExperts
+    from titan_fp8.models.llama_moe import Transformer
+    from titan_fp8.parallel import build_mesh, parallelize
+    seen = []
+    monkeypatch.setattr(Float8GroupedExperts, "prepare_backend", lambda self, device: seen.append(str(device)))
+    cfg = load_config("train_configs/debug_moe.toml", ["--float8.enable=true", "--float8.moe_recipe_name=mxfp8",
+                                                       "--float8.moe_granularity=mx32_plain", "--float8.emulate=true",
+                                                       "--compile.enable=true"], world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with torch.device("meta"):
+            model = Transformer(cfg.model_args())
+        convert_to_float8_training(model, Float8Config(**{f.name: getattr(cfg.float8, f.name)
+                                                          for f in dataclasses.fields(cfg.float8) if f.name != "enable"}))
+        n = sum(isinstance(m, Float8GroupedExperts) for m in model.modules())
+        assert n > 0
+        parallelize(model, cfg, build_mesh(cfg, "cpu", 1))
+        assert seen == ["cpu"] * n
+    finally:
+        dist.destroy_process_group()

@@ -635,6 +635,21 @@ class Float8GroupedExperts(GroupedExperts):
         new._configure(recipe, gran, backend)
         return new
 
+    def prepare_backend(self, device) -> None:
+        """Build or load, eagerly, what this module's GEMM backend needs on `device` (the CUTLASS extension for
+        mxfp8 "mx128" with backend "auto" / "cutlass" on CUDA). Call it before torch.compile: traced, the first
+        load (importlib, the build) is a graph break that stays in every later step (an end-to-end llama_moe run
+        had 9 per step). "auto" without CUTLASS runs Triton and logs why when it picks; "cutlass" raises."""
+        if (self.moe_recipe != "mxfp8" or torch.device(device).type != "cuda"
+                or self.backend not in ("auto", "cutlass") or GRANULARITIES[self.granularity].block != 128):
+            return
+        from kernels.grouped_gemm import cutlass_backend
+        try:
+            cutlass_backend.load()
+        except cutlass_backend.CutlassUnavailable:
+            if self.backend == "cutlass":
+                raise
+
     def spec(self, device) -> FusedSpec:
         return make_fused_spec(self.moe_recipe, self.granularity, self.backend, device, self.act_backend)
 
