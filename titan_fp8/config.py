@@ -60,6 +60,9 @@ class Training:
     # seed-to-seed difference they measure is the noise of initialization, on the data every recipe sees.
     data_seed: Optional[int] = None
     skip_nonfinite_steps: bool = False
+    # Python's cyclic GC: automatic collection off, a generation-1 collection before every gc_freq-th step
+    # (torchtitan's key; titan_fp8/train/garbage.py says why); 0 keeps Python's automatic collector
+    gc_freq: int = 50
     dataset: str = "stdlib"  # "stdlib" or a path to a .bin token file with a <file>.json sidecar
 
 
@@ -437,6 +440,7 @@ def _validate(cfg: JobConfig, where) -> None:
     need(t.seq_len >= 2, "training", "seq_len", "must be >= 2")
     need(t.steps >= 1, "training", "steps", "must be >= 1")
     need(t.max_norm >= 0, "training", "max_norm", "must be >= 0 (0 disables clipping)")
+    need(t.gc_freq >= 0, "training", "gc_freq", "must be >= 0 (0: Python's automatic garbage collection)")
     need(0 <= t.seed < 2**63, "training", "seed", "must be in [0, 2**63)")
     need(t.data_seed is None or 0 <= t.data_seed < 2**63, "training", "data_seed", "must be in [0, 2**63)")
     if t.dataset != "stdlib":

@@ -26,6 +26,7 @@ from titan_fp8.config import ConfigError
 from titan_fp8.parallel import build_mesh, parallelize
 from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, latest_step
 from titan_fp8.train.data import build_loader
+from titan_fp8.train.garbage import GarbageCollection
 from titan_fp8.train.metrics import MetricsLogger
 from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip
 from titan_fp8.train.profiling import StepProfiler
@@ -197,7 +198,9 @@ def run(cfg: JobConfig, log=print) -> dict:
     # with the line that caused it; a clean run prints no "called a synchronizing CUDA operation" warning.
     sync_debug = os.environ.get("TITAN_FP8_SYNC_DEBUG") == "1" and device.type == "cuda"
     profiler = StepProfiler(cfg.profiling, cfg.job.dump_folder, rank, device.type, log=say)
+    collector = GarbageCollection(t.gc_freq)  # [training] gc_freq: collect at fixed steps, not mid-step
     for step in range(start_step + 1, t.steps + 1):
+        collector.step(step)
         if sync_debug and step == start_step + 3:
             torch.cuda.set_sync_debug_mode("warn")
         t_step = time.perf_counter()
@@ -285,6 +288,7 @@ def run(cfg: JobConfig, log=print) -> dict:
         if step == faults.exit_after_step:
             os._exit(17)  # abrupt death of every rank, as if killed (tests of resume)
 
+    collector.close()
     if sync_debug:
         torch.cuda.set_sync_debug_mode(0)
     if cfg.checkpoint.enable and step != last_saved and not last_skipped and step > start_step:
