@@ -44,10 +44,11 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 #     "cooperative_2x1" / "cooperative_1x1" = cooperative with a 2x1 cluster (weight tiles multicast) / none;
 #   along_m / along_n: the order in which the persistent scheduler walks a group's output tiles. Left out: along
 #     the dimension with FEWER tiles per group (along N when a group's output has more 128-row tiles than
-#     128-column tiles), so each wave of CTAs covers whole rows of the short side and re-reads the long side's
-#     operand from L2. That is what the sweep measured best in 17 of the 18 (shape, pass) cells of
-#     benchmarks/results/mxfp8_grouped_gemm_backends-h100-*-2026-11-23-sweep.md (+4-9% over along M where
-#     they differ); CUTLASS's grouped scheduler itself always walks along M;
+#     128-column tiles), so each wave of CTAs re-reads the smaller operand (the one the long side walks)
+#     from L2 rather than the larger one from HBM. In the H100 sweep (benchmarks/results/
+#     mxfp8_grouped_gemm_backends-h100-2026-11-23.md, session 8) this order was the faster of the two in 17 of
+#     18 (shape, routing, pass) cells, by 3-9% where it differs from along M (the 18th: -4%, at 64 x 56
+#     tiles); CUTLASS's grouped scheduler itself always walks along M;
 #   swizzle=S (1, 2, 4, 8): tiles visited in runs of S.
 # The configuration is read at call time (inside the custom ops), so $TITAN_FP8_CUTLASS_SCHEDULE also reaches
 # graphs torch.compile already traced; it overrides SCHEDULES (see schedule_id).
