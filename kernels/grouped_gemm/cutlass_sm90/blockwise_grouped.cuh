@@ -350,3 +350,16 @@ struct BlockwiseGrouped {
 };
 
 }  // namespace titan_mx
+
+// One (output dtype, kernel) pair per translation unit (blockwise_grouped_<DT>_<TU>.cu), so the build compiles
+// them in parallel; these are the entry points grouped_problem.h declares.
+#define TITAN_MX_INSTANTIATE(DT, ELEMENT, TU, SCHED)                                                        \
+  namespace titan_mx {                                                                                       \
+  size_t scratch_bytes_##DT##_##TU(const GroupedProblem& p, int sm_count) {                                  \
+    return BlockwiseGrouped<ELEMENT, SCHED>::scratch_bytes(p, sm_count);                                     \
+  }                                                                                                          \
+  const char* run_##DT##_##TU(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count,            \
+                              cudaStream_t s) {                                                              \
+    return BlockwiseGrouped<ELEMENT, SCHED>::run(p, scratch, bytes, sm_count, s);                            \
+  }                                                                                                          \
+  }

@@ -1,11 +1,4 @@
-// One (output dtype, kernel) instantiation per translation unit, so the build compiles them in parallel.
+// bf16 output, the pp kernel (grouped_problem.h); one pair per translation unit so the build runs them in parallel.
 #include "blockwise_grouped.cuh"
 
-namespace titan_mx {
-size_t scratch_bytes_bf16_pp(const GroupedProblem& p, int sm_count) {
-  return BlockwiseGrouped<cutlass::bfloat16_t, kPingpong>::scratch_bytes(p, sm_count);
-}
-const char* run_bf16_pp(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s) {
-  return BlockwiseGrouped<cutlass::bfloat16_t, kPingpong>::run(p, scratch, bytes, sm_count, s);
-}
-}  // namespace titan_mx
+TITAN_MX_INSTANTIATE(bf16, cutlass::bfloat16_t, pp, titan_mx::kPingpong)

@@ -1,11 +1,4 @@
-// One (output dtype, kernel) instantiation per translation unit, so the build compiles them in parallel.
+// f32 output, the coop kernel (grouped_problem.h); one pair per translation unit so the build runs them in parallel.
 #include "blockwise_grouped.cuh"
 
-namespace titan_mx {
-size_t scratch_bytes_f32_coop(const GroupedProblem& p, int sm_count) {
-  return BlockwiseGrouped<float, kCooperative>::scratch_bytes(p, sm_count);
-}
-const char* run_f32_coop(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s) {
-  return BlockwiseGrouped<float, kCooperative>::run(p, scratch, bytes, sm_count, s);
-}
-}  // namespace titan_mx
+TITAN_MX_INSTANTIATE(f32, float, coop, titan_mx::kCooperative)
