@@ -50,6 +50,10 @@ def train(all_gather: bool):
     m = convert_to_float8_training(Net(), cfg)
     check_float8_all_gather(m, dist.get_world_size())
     mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    # w1, w2 as their own FSDP units: FSDP2 reshards them after forward and gathers them again for backward
+    # (into the same unsharded parameter, fsdp_post_all_gather's `out=` path); the root alone never regathers
+    for mod in (m.w1, m.w2):
+        fully_shard(mod, mesh=mesh)
     fully_shard(m, mesh=mesh)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
     seen, full = {}, {}

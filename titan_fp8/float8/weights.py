@@ -255,7 +255,11 @@ class Float8TrainingWeight(torch.Tensor):
             data, scale_k = all_gather_outputs if len(all_gather_outputs) == 2 else (*all_gather_outputs, *metadata)
             w = mx_dequantize(data.view(E4M3), scale_k, -1, param_dtype)
             if out is not None:
-                with torch.no_grad():
+                # Backward's regather writes into the unsharded parameter forward used. Keep its version:
+                # mx128's Linear saves that weight for grad-input, and autograd would reject the copy as an
+                # in-place change. The values are the same because the optimizer steps after backward. FSDP2
+                # does the same for its own copy-out.
+                with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(out):
                     out.copy_(w)
                 return
             return w, (w,)
