@@ -1,8 +1,8 @@
 """launch/train.py where one rank fails alone: rank 1 raises RuntimeError("injected error on rank 1") right after
 its optimizer step 2, while rank 0 goes on into step 3's collectives. torch.distributed.destroy_process_group is
-made to block (4 minutes, past the test's timeout), as NCCL's does while another rank waits in a collective (torchtitan PR 1342), so a launcher
-that destroys the group before the traceback is out stalls silently (tests/cpu/test_launch_errors.py). Same arguments
-as launch/train.py."""
+made to block (4 minutes, past the test's timeout), as NCCL's does while another rank waits in a collective
+(torchtitan PR 1342), so a launcher that destroys the group before the traceback is out stalls silently
+(tests/cpu/test_launch_errors.py). Same arguments as launch/train.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import runpy
 import sys
 import time
 
-import torch
 import torch.distributed as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
