@@ -70,9 +70,10 @@ def _install() -> None:
         last[0] = now
         recv = [sum(x["recv"]) for x in rec["layers"]]
         zero = sum(1 for x in rec["layers"] for v in x["send"] + x["recv"] if v <= 1)
+        grew = len(RECORDS) > 1 and rec["graphs"] > RECORDS[-2]["graphs"]
         print(f"[probe] {time.strftime('%H:%M:%S', time.gmtime(now))} rank {rank} step {rec['step']} "
-              f"{rec['step_s']:.3f}s graphs {rec['graphs']} recv rows/layer {recv} (sum {sum(recv)}) "
-              f"splits<=1: {zero}", file=sys.stderr, flush=True)
+              f"{rec['step_s']:.3f}s graphs {rec['graphs']}{' (NEW GRAPHS: recompiled)' if grew else ''} "
+              f"recv rows/layer {recv} (sum {sum(recv)}) splits<=1: {zero}", file=sys.stderr, flush=True)
         os.makedirs(dump, exist_ok=True)
         with open(out, "w") as f:
             json.dump(RECORDS, f)
