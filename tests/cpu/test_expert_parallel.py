@@ -217,7 +217,8 @@ def test_train_py_ep2_trains_compiled(tmp_path):
     counts exchange and its host read, the all-to-alls, the experts) runs outside the compiled graphs, so no rank
     compiles anything after the first step, whatever the routing: steps 3-6 force it (ep_routing_train.py: rank 1
     receives no rows, then rank 0; splits of 1; no row crossing). Traced, those sizes made each rank guard on its
-    own values and recompile on its own mid-run (suspected in a 2xH200 run that stalled at step 12). Loss falls."""
+    own values: a rank receiving no rows recompiled alone mid-run (before: rank 0 went from 16 to 20 graphs at
+    step 4; suspected in the 2xH200 EP run that stalled at step 12). The loss falls."""
     dump = str(tmp_path / "run")
     proc = run_train(dump, 2, [*TINY, "--training.local_batch_size=2", *EP2, "--training.steps=8",
                                "--validation.enable=false", "--compile.enable"], timeout=480,

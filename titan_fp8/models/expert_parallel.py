@@ -116,9 +116,10 @@ def ep_routed(moe, xf: Tensor, weights: Tensor, experts: Tensor) -> tuple[Tensor
 
     Compiled, only the shape-static ends are traced (sort by destination, gather home, weighted sum: sizes
     N and N*k); everything whose size depends on the routing runs in `ep_exchange_and_experts`, outside the
-    graph. Traced, the received-row count and the splits would be Python ints in the compiled frames: every
-    rank guards on its own values (a split of 0 or 1, an empty rank, two sizes equal by chance) and recompiles
-    on its own, at a step of the data's choosing, while the other ranks wait in a collective."""
+    graph. Traced, the received-row count and the splits were Python ints in the compiled frames, guarded by
+    each rank on its own values: a rank that received no rows in a layer (its experts unchosen by every rank)
+    recompiled alone, at a step of the data's choosing, while the other ranks waited in a collective (and with
+    fp8_rowwise emulated on CPU that recompile failed: tests/cpu/test_expert_parallel.py)."""
     from titan_fp8.models.moe import _Permute, dispatch_plan
 
     n, k = weights.shape
