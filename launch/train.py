@@ -5,13 +5,15 @@
     python launch/train.py --config FILE --check-config                   # validate and exit
 
 Configuration, data and checkpoint errors print one line (file, key, what is allowed) and exit with status 2;
-a non-finite step exits with status 3.
+a non-finite step exits with status 3; any other error prints its traceback and exits with status 1 at once, without
+waiting for the other ranks (they may be waiting in a collective for this one).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
@@ -103,8 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         code = _fail(str(e), 3)
     except (ConfigError, DataError, CheckpointError) as e:  # found once the model exists (float8 checks)
         code = _fail(str(e), 2)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        # An unexpected error can stop one rank while the others wait for it in a collective (e.g. a compile error
+        # on one rank only). Destroying the process group would then wait for them forever (NCCL), and Python
+        # prints the traceback only after `finally`: a silent stall. Print it and leave now; torchrun stops the
+        # other ranks.
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    dist.destroy_process_group()
     return code
 
 

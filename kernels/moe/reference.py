@@ -165,7 +165,7 @@ def combine_backward_reference(dout, y, pos, weights, src, offs, recipe, block):
     (token-major); dweights[t, j] = <dout[t], y[pos[t*k + j]]> in fp32."""
     n, k = weights.shape
     v = combine_backward_values(dout, pos, weights, src)
-    dw = (dout.float()[:, None, :] * y.index_select(0, pos).view(n, k, -1).float()).sum(-1)
+    dw = (dout.float()[:, None, :] * y.index_select(0, pos).view(n, k, y.shape[1]).float()).sum(-1)  # n may be 0
     return (*quantize_both(v, offs, recipe, block), dw)
 
 

@@ -120,6 +120,13 @@ def test_fp32_inputs_and_no_tokens():
         outs = both(km.dispatch_quantize, x0, empty.src, empty.offs, recipe, 32)
         for i, (g, w) in enumerate(zip(*outs)):
             same(g, w, f"empty {recipe} out {i}")
+    # ...and its backward (an EP rank that receives no rows: k = 1, every row padding)
+    empty1 = dispatch_plan(torch.zeros(0, 1, dtype=torch.int64), 4, 16)
+    y0 = torch.zeros(empty1.src.shape[0], 64, dtype=torch.bfloat16)
+    outs = both(km.combine_backward, x0, y0, empty1.pos, torch.zeros(0, 1), empty1.src, empty1.offs, "fp8_rowwise")
+    for i, (g, w) in enumerate(zip(*outs)):
+        same(g, w, f"empty combine_backward out {i}")
+    assert outs[1][4].shape == (0, 1)
 
 
 # ------------------------------------------------------------------------------------------ reference vs float64

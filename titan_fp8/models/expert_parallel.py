@@ -23,8 +23,10 @@ Backward: each all-to-all's backward is the reverse all-to-all of the gradient (
 already sums the contributions of every rank of its EP group, so it is divided by ep here (see _scale_grad) and
 needs no reduction across the EP group; FSDP2 averages it over the remaining data-parallel ranks (if any).
 
-The collectives run outside torch.compile (torch.compiler.disable): their split sizes are data-dependent Python
-ints, and a graph break there costs little next to the all-to-all itself.
+Under torch.compile everything between the sort by destination and the gather home runs eagerly
+(`ep_exchange_and_experts`, torch.compiler.disable; one graph break per MoE layer): its sizes depend on the routing,
+and traced they made each rank recompile on its own data (see ep_routed). The traced parts have static shapes, so
+every rank runs the same graphs at every step.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ import torch.distributed as dist
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
-__all__ = ["ExpertParallel", "exchange_counts", "all_to_all", "local_tensor", "ep_routed"]
+__all__ = ["ExpertParallel", "exchange_counts", "all_to_all", "local_tensor", "ep_routed", "ep_exchange_and_experts"]
 
 
 @dataclass
@@ -110,30 +112,48 @@ def all_to_all(x: Tensor, out_splits: list, in_splits: list, group) -> Tensor:
 
 def ep_routed(moe, xf: Tensor, weights: Tensor, experts: Tensor) -> tuple[Tensor, Tensor]:
     """The MoE's expert path over its EP group (module docstring). xf [N, D], weights [N, k] fp32, experts
-    [N, k] global expert ids -> (out [N, D], this rank's tokens per GLOBAL expert [E])."""
+    [N, k] global expert ids -> (out [N, D], this rank's tokens per GLOBAL expert [E]).
+
+    Compiled, only the shape-static ends are traced (sort by destination, gather home, weighted sum: sizes
+    N and N*k); everything whose size depends on the routing runs in `ep_exchange_and_experts`, outside the
+    graph. Traced, the received-row count and the splits were Python ints in the compiled frames, guarded by
+    each rank on its own values: a rank that received no rows in a layer (its experts unchosen by every rank)
+    recompiled alone, at a step of the data's choosing, while the other ranks waited in a collective (and with
+    fp8_rowwise emulated on CPU that recompile failed: tests/cpu/test_expert_parallel.py)."""
     from titan_fp8.models.moe import _Permute, dispatch_plan
 
-    ep: ExpertParallel = moe.ep
     n, k = weights.shape
-    num_local = moe.num_experts // ep.size
     with torch.no_grad():
         plan = dispatch_plan(experts, moe.num_experts, 1)  # sorted by global expert = by destination rank
-        received, send, recv = exchange_counts(plan.counts, ep)
+    x_send = _Permute.apply(xf, plan.src, plan.pos, k)  # [N*k, D] in destination order
+    y_back = ep_exchange_and_experts(moe, x_send, plan.counts)  # [N*k, D], the same order
+    y_pairs = y_back.index_select(0, plan.pos).view(n, k, -1)
+    out = (y_pairs.to(weights.dtype) * weights.unsqueeze(-1)).sum(dim=1).to(xf.dtype)
+    return out, plan.counts
+
+
+@torch.compiler.disable
+def ep_exchange_and_experts(moe, x_send: Tensor, counts: Tensor) -> Tensor:
+    """x_send [N*k, D] (rows sorted by global expert), counts [E] -> every row's expert output [N*k, D], same
+    order: counts exchange (the host sync), dispatch all-to-all, this rank's experts, combine all-to-all.
+    Eager (one graph break per MoE layer): every shape here depends on the routing (see ep_routed)."""
+    from titan_fp8.models.moe import dispatch_plan
+
+    ep: ExpertParallel = moe.ep
+    num_local = moe.num_experts // ep.size
+    with torch.no_grad():
+        received, send, recv = exchange_counts(counts, ep)
         rows = sum(recv)
         # received rows come grouped by (source rank, local expert): their local expert ids, then a k=1 plan
         # that regroups them into local-expert order with the MoE's group padding
-        local_ids = torch.arange(num_local, device=xf.device).repeat(ep.size)
+        local_ids = torch.arange(num_local, device=x_send.device).repeat(ep.size)
         recv_expert = torch.repeat_interleave(local_ids, received.reshape(-1), output_size=rows)
         local_plan = dispatch_plan(recv_expert.unsqueeze(1), num_local, moe.token_group_align)
-    ones = torch.ones(rows, 1, device=xf.device, dtype=torch.float32)
-    x_send = _Permute.apply(xf, plan.src, plan.pos, k)  # [N*k, D] in destination order
+    ones = torch.ones(rows, 1, device=x_send.device, dtype=torch.float32)
     if ep.dispatch_dtype == "float8":
         x_recv, rows_q = moe.experts.dispatch_float8(x_send, recv, send, ep.group)
         y_recv = moe.experts.routed(x_recv, ones, local_plan, rows_q=rows_q, grad_scale=1.0 / ep.size)
     else:
         x_recv = all_to_all(x_send, recv, send, ep.group)
         y_recv = moe.experts.routed(x_recv, ones, local_plan, grad_scale=1.0 / ep.size)
-    y_back = all_to_all(y_recv, send, recv, ep.group)  # combine: bf16, back to the tokens' rank
-    y_pairs = y_back.index_select(0, plan.pos).view(n, k, -1)
-    out = (y_pairs.to(weights.dtype) * weights.unsqueeze(-1)).sum(dim=1).to(xf.dtype)
-    return out, plan.counts
+    return all_to_all(y_recv, send, recv, ep.group)  # combine: bf16, back to the tokens' rank
