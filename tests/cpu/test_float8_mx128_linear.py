@@ -257,3 +257,18 @@ def test_all_gather_equals_quantize_after_gather(gather_runs):
             assert torch.equal(off["seen"][name], off["full"][name + ".weight"])  # off: the plain weight
     if len(gather_runs) == 2:  # fp32 params: float8 data + E8M0 bytes are under a third of the fp32 bytes
         assert 0 < gather_runs[0]["on"]["ag_bytes"] < gather_runs[0]["off"]["ag_bytes"] / 3
+
+
+def test_all_gathered_weight_stays_float8_and_is_never_quantized_again(gather_runs):
+    """The Linears get the Float8GatheredWeight FSDP2's post-all-gather built (forward, and backward's regather
+    through the `out=` path) and never quantize a weight themselves; gradients equal the all-gather-off run's bit
+    for bit."""
+    for r in gather_runs:
+        on, off = r["on"], r["off"]
+        assert on["seen_types"] == {"w1": "Float8GatheredWeight", "w2": "Float8GatheredWeight"}
+        assert off["seen_types"] == {"w1": "Parameter", "w2": "Parameter"}
+        assert on["weight_quantizations"] == 0
+        assert off["weight_quantizations"] == 2 * 3 * 2  # (forward w + backward w^T) x 3 steps x 2 Linears
+        assert set(on["grads"]) == set(off["grads"]) == {"w1.weight", "w2.weight", "output.weight"}
+        for name, g in on["grads"].items():
+            assert torch.equal(g, off["grads"][name]), name
