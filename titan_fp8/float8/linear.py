@@ -237,7 +237,7 @@ def _pad_tile_factors(s: torch.Tensor) -> torch.Tensor:
     slots are K-blocks past the data, which no product uses; they hold 1.0 (as torchao pads, and as the mx128
     quantizers write them) so that even a read of them stays finite."""
     k_blocks = s.shape[1]
-    return F.pad(s, (0, -(-k_blocks // 4) * 4 - k_blocks), value=1.0)
+    return F.pad(s, (0, -(-k_blocks // 4) * 4 - k_blocks), value=1.0).contiguous()  # no pad: F.pad may alias s
 
 
 def _tile_scale_k_major_padded(s: torch.Tensor) -> torch.Tensor:
