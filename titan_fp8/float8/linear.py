@@ -528,7 +528,8 @@ def _drop_scale_cache(module, incompatible_keys):
 class Float8Linear(nn.Linear):
     """nn.Linear whose matmuls run in float8 (recipe from `float8_config`). Weight and bias stay in high
     precision (checkpoints hold them); with float8 all-gather the weight is a Float8TrainingWeight whose
-    FSDP2 hooks gather it already quantized."""
+    FSDP2 hooks gather it already quantized (forward then sees a torchao Float8TrainingTensor for tensorwise,
+    a Float8GatheredWeight for mxfp8)."""
 
     float8_config: Float8Config
 

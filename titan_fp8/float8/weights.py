@@ -15,8 +15,7 @@ mxfp8       pre:  MXFP8 with one E8M0 scale per 32x32 tile (kernels.mxfp8.to_mxf
                   "mx128": per 128x128 tile, kernels.grouped_gemm's quantizers). Tiles lie inside a shard when each
                   shard holds a multiple of 32 (128) rows, so the shard quantizes exactly as the unsharded weight
                   would: NO all-reduce at all (other shardings are a start-up error, convert.check_float8_all_gather).
-                  Data and scale bytes (one E8M0 byte per 1x32 block either way) are both gathered.
-                  What travels: the e4m3 bytes and ONE E8M0 byte per tile (compact [rows/tile, K/tile]).
+                  Both travel: the e4m3 bytes and ONE E8M0 byte per tile (compact [rows/tile, K/tile]).
             post: a gathered.Float8GatheredWeight(data, tile scales) with the parameter dtype outside: the
                   Linear's GEMMs (linear.py) read those bytes and scales as they are (mx128: w^T for grad-input is
                   the same tiles transposed), so the weight is never decoded and quantized again, and numerics
