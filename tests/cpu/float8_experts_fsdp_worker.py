@@ -136,7 +136,7 @@ def batch(step):
 
 
 def train(recipe, gran, E, ag, steps=3, record=False, precompute=False, **kw):
-    from titan_fp8.float8.expert_weights import Float8GatheredExpertWeight
+    from titan_fp8.float8.gathered import Float8GatheredWeight
 
     m = build(recipe, gran, E, ag, precompute=precompute, **kw)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=True)
@@ -148,7 +148,7 @@ def train(recipe, gran, E, ag, steps=3, record=False, precompute=False, **kw):
         def hook(mod, args, name):
             for pn in ("w13", "w2"):
                 w = getattr(mod, pn)
-                if f"{name}.{pn}" not in recorded and isinstance(w, Float8GatheredExpertWeight):
+                if f"{name}.{pn}" not in recorded and isinstance(w, Float8GatheredWeight):
                     recorded[f"{name}.{pn}"] = {"data": w._data.view(torch.uint8).clone(), "scale": w._scale.clone(),
                                                 "shape": tuple(w.shape)}
         for name, mod in m.named_modules():

@@ -1,7 +1,8 @@
 """gloo worker for tests/cpu/test_float8_mx128_linear.py: FSDP2 float8 all-gather of mxfp8 "mx128" Linear weights
 (128x128 tiles) on `world` CPU processes (argv: out_dir world). Saves per rank: the weight each Float8Linear saw
-in its first forward (the decoded gathered weight, or the plain weight without float8 all-gather), the full
-weights at that moment, losses with float8 all-gather on and off, and the all-gather / MAX all-reduce counts."""
+in its first forward (the decoded gathered weight, or the plain weight without float8 all-gather) and its type,
+the full weights at that moment, losses with float8 all-gather on and off, the first step's gradients, how often
+the Linear quantized a weight (128x128 tiles) itself, and the all-gather / MAX all-reduce counts."""
 from __future__ import annotations
 
 import os
@@ -43,6 +44,7 @@ def train(all_gather: bool):
     from torch.distributed.fsdp import fully_shard
 
     from titan_fp8.float8 import Float8Config, Float8Linear, check_float8_all_gather, convert_to_float8_training
+    from titan_fp8.float8 import linear as f8linear
 
     cfg = Float8Config(recipe_name="mxfp8", linear_granularity="mx128", emulate=True,
                        enable_fsdp_float8_all_gather=all_gather)
@@ -56,14 +58,21 @@ def train(all_gather: bool):
         fully_shard(mod, mesh=mesh)
     fully_shard(m, mesh=mesh)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2)
-    seen, full = {}, {}
+    seen, seen_types, full, grads = {}, {}, {}, {}
 
     def hook(mod, args, name):
         if name not in seen:
-            seen[name] = mod.weight.detach().clone()
+            seen[name] = mod.weight.detach().clone()  # a gathered weight decodes on clone
+            seen_types[name] = type(mod.weight).__name__
     for name, mod in m.named_modules():
         if isinstance(mod, Float8Linear):
             mod.register_forward_pre_hook(lambda mod, args, name=name: hook(mod, args, name))
+    quantize_mx128, weight_quantizations = f8linear._quantize_mx128, [0]
+
+    def counting(t, tile, *args, **kwargs):  # tile=True: a 128x128-tile (weight) quantization inside the Linear
+        weight_quantizations[0] += bool(tile)
+        return quantize_mx128(t, tile, *args, **kwargs)
+    f8linear._quantize_mx128 = counting
     counter = Counter()
     losses = []
     for step in range(STEPS):
@@ -72,11 +81,16 @@ def train(all_gather: bool):
             seen.clear()
         loss = m(batch(step))
         loss.backward()
+        if step == 0:
+            grads = {k: p.grad.full_tensor().clone() for k, p in m.named_parameters()}
         opt.step()
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
     counter.restore()
-    return dict(losses=losses, seen=seen, full=full, ag_bytes=counter.ag_bytes, max_allreduce=counter.max_allreduce)
+    f8linear._quantize_mx128 = quantize_mx128
+    return dict(losses=losses, seen=seen, seen_types=seen_types, full=full, grads=grads,
+                weight_quantizations=weight_quantizations[0], ag_bytes=counter.ag_bytes,
+                max_allreduce=counter.max_allreduce)
 
 
 def main(rank, world, init_file, out_dir):

@@ -124,7 +124,8 @@ def test_gathered_weight_is_a_parameter_autograd_and_torch_compile_see_through(r
     """The object FSDP2's post-all-gather builds: an nn.Parameter whose gradient comes back as a plain tensor of
     its dtype, traced by torch.compile(fullgraph=True) through __tensor_flatten__ / __tensor_unflatten__."""
     from titan_fp8.float8.expert_weights import (
-        Float8GatheredExpertWeight,
+        WEIGHT_TILE,
+        Float8GatheredWeight,
         dequantize_operands,
         operands_from_compact,
         quantize_whole,
@@ -132,7 +133,7 @@ def test_gathered_weight_is_a_parameter_autograd_and_torch_compile_see_through(r
 
     w = weight(2, 256, 128)
     data, scale = quantize_whole(w, recipe)
-    p = torch.nn.Parameter(Float8GatheredExpertWeight(data, scale, recipe, gran, torch.float32))
+    p = torch.nn.Parameter(Float8GatheredWeight(data, scale, recipe, gran, torch.float32, WEIGHT_TILE))
     ref_ops = quantize_expert_weight(w, recipe, gran)
     got = expert_weight_operands(p, recipe, gran)
     for a, b in zip(got, ref_ops):

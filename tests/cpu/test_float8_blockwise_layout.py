@@ -276,3 +276,43 @@ def test_mx128_scales_reach_cublas_without_a_copy(recorder, monkeypatch):
         seen.clear()
         f8linear._BlockwiseMM.apply(x, w, False, True, True, xt_tile).sum().backward()
         assert seen == [(True, True, True)] * 3
+
+
+@pytest.mark.parametrize("M,K,N", [(256, 384, 640), (128, 1152, 384)])
+def test_mx128_gathered_weight_on_the_cublas_path_equals_the_plain_weight(recorder, monkeypatch, M, K, N):
+    """A float8-all-gathered mx128 weight (Float8GatheredWeight) on the cuBLAS path: the same checked arguments
+    (shapes, strides, values: output and gradients bit-equal to the plain weight's, which quantizes itself), its
+    tile factors passed to cuBLAS without a copy, and no quantization of the weight."""
+    from titan_fp8.float8 import Float8Config
+    from titan_fp8.float8.weights import gather_on_one_rank
+    gen = torch.Generator().manual_seed(3)
+    x = _blocky(M, K, gen, 1)
+    w = _blocky(N, K, gen, BLOCK) * 0.02
+    g = _blocky(M, N, gen, 1) * 1e-3
+    cfg = Float8Config(recipe_name="mxfp8", linear_granularity="mx128", emulate=True,
+                       enable_fsdp_float8_all_gather=True)
+
+    def fwd_bwd(weight):
+        xq, wq = x.clone().requires_grad_(), torch.nn.Parameter(weight)
+        y = f8linear._BlockwiseMM.apply(xq, wq, False, True, True, f8linear.MX128_WGRAD_X_TILES)
+        y.backward(g)
+        return y, xq.grad, wq.grad
+
+    plain = fwd_bwd(w.clone())
+    plain_calls = list(recorder.calls)
+    seen = []
+    real_args = f8linear.blockwise_scaled_mm_args
+
+    def spy(a_q, a_s, b_q, b_s, b_is_tile, inverse=False):
+        out = real_args(a_q, a_s, b_q, b_s, b_is_tile, inverse)
+        seen.append(out[4].data_ptr() == b_s.data_ptr())
+        return out
+    monkeypatch.setattr(f8linear, "blockwise_scaled_mm_args", spy)
+    q128 = f8linear._quantize_mx128
+    monkeypatch.setattr(f8linear, "_quantize_mx128", lambda t, tile, *a, **k: (
+        pytest.fail("the Linear quantized a gathered weight") if tile else q128(t, tile, *a, **k)))
+    recorder.calls.clear()
+    gathered = fwd_bwd(gather_on_one_rank(w, cfg))
+    assert recorder.calls == plain_calls and seen == [True] * 3
+    for what, a, b in zip(("output", "grad_input", "grad_weight"), gathered, plain):
+        assert torch.isfinite(a).all() and torch.equal(a, b), what

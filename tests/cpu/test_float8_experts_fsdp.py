@@ -84,7 +84,7 @@ def test_fused_expert_module_trains_on_float8_gathered_weights(runs, key, E):
     tensorwise Linears and (E=1: one expert over two ranks) the expert weights."""
     for r in runs:
         pre, nopre, noag = (r[key][f"moe_{E}_{m}"] for m in ("pre", "nopre", "noag"))
-        assert pre["seen"] == [("Float8GroupedExperts", "Float8GatheredExpertWeight", "Float8GatheredExpertWeight")]
+        assert pre["seen"] == [("Float8GroupedExperts", "Float8GatheredWeight", "Float8GatheredWeight")]
         assert noag["seen"] == [("Float8GroupedExperts", "Parameter", "Parameter")]
         assert pre["losses"] == nopre["losses"] == noag["losses"]
         assert pre["per_step_max_allreduce"] == nopre["per_step_max_allreduce"] == [1, 1, 1]

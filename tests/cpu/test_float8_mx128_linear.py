@@ -257,3 +257,159 @@ def test_all_gather_equals_quantize_after_gather(gather_runs):
             assert torch.equal(off["seen"][name], off["full"][name + ".weight"])  # off: the plain weight
     if len(gather_runs) == 2:  # fp32 params: float8 data + E8M0 bytes are under a third of the fp32 bytes
         assert 0 < gather_runs[0]["on"]["ag_bytes"] < gather_runs[0]["off"]["ag_bytes"] / 3
+
+
+def test_all_gathered_weight_stays_float8_and_is_never_quantized_again(gather_runs):
+    """The Linears get the Float8GatheredWeight FSDP2's post-all-gather built (forward, and backward's regather
+    through the `out=` path) and never quantize a weight themselves; gradients equal the all-gather-off run's bit
+    for bit."""
+    for r in gather_runs:
+        on, off = r["on"], r["off"]
+        assert on["seen_types"] == {"w1": "Float8GatheredWeight", "w2": "Float8GatheredWeight"}
+        assert off["seen_types"] == {"w1": "Parameter", "w2": "Parameter"}
+        assert on["weight_quantizations"] == 0
+        # per step: forward w of w1 and w2, backward w^T of w2 (w1's input needs no gradient)
+        assert off["weight_quantizations"] == 3 * (2 + 1)
+        assert set(on["grads"]) == set(off["grads"]) == {"w1.weight", "w2.weight", "output.weight"}
+        for name, g in on["grads"].items():
+            assert torch.equal(g, off["grads"][name]), name
+
+
+# ------------------------------------------------------------------------------------------ gathered weights
+def _edge_weight(N, K, gen, dtype):
+    """A weight whose 128x128 tiles span decades, with an all-zero tile, a tile of fp32 subnormals, a tile near
+    1e36, and NaN and inf tiles (both in the first 128 input features, so grad-input's other columns stay
+    finite)."""
+    w = _data(N, K, gen, 128, huge=False) * 1e-2
+    w[128:256, 128:256] = 0
+    w[:128, 256:384] = torch.randn(128, 128, generator=gen) * 1e-40
+    w[128:256, 256:384] *= 1e36
+    w[:128, 5] = float("nan")
+    w[256:384, 7] = float("inf")
+    return w.to(dtype)
+
+
+def _same_bits(a, b):
+    """Bit-equal, NaN positions included (NaN payloads aside)."""
+    nan = a.isnan()
+    return torch.equal(nan, b.isnan()) and torch.equal(torch.where(nan, 0, a), torch.where(nan, 0, b))
+
+
+@pytest.fixture
+def weight_quantizations(monkeypatch):
+    """Counts the Linear's own weight quantizations: mx128 128x128-tile calls of _quantize_mx128 (x and g use
+    1x128 blocks), mx32 calls of mx_quantize_weight."""
+    count = [0]
+    q128, q32 = f8linear._quantize_mx128, f8linear.mx_quantize_weight
+
+    def mx128(t, tile, *args, **kwargs):
+        count[0] += bool(tile)
+        return q128(t, tile, *args, **kwargs)
+
+    def mx32(w):
+        count[0] += 1
+        return q32(w)
+    monkeypatch.setattr(f8linear, "_quantize_mx128", mx128)
+    monkeypatch.setattr(f8linear, "mx_quantize_weight", mx32)
+    return count
+
+
+def _linear_step(x, w, g, cfg):
+    xq, wp = x.clone().requires_grad_(), nn.Parameter(w)
+    y = f8linear.float8_linear(xq, wp, cfg)
+    y.backward(g)
+    return y, xq.grad, wp.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("gran", ["mx128", "mx32"])
+def test_gathered_weight_is_read_not_requantized_and_equals_quantize_after_gather(weight_quantizations, gran,
+                                                                                  dtype):
+    """The float8 all-gather's weight (pre- and post-all-gather hooks on one rank) reaches the GEMMs as its bytes
+    and tile scales: no weight quantization in forward or backward, and output and both gradients bit-equal to
+    the plain weight's (quantize-after-gather), zero / subnormal / huge / NaN / inf tiles included."""
+    from titan_fp8.float8.gathered import Float8GatheredWeight
+    from titan_fp8.float8.weights import gather_on_one_rank
+    gen = torch.Generator().manual_seed(11)
+    cfg = Float8Config(recipe_name="mxfp8", linear_granularity=gran, emulate=True, enable_fsdp_float8_all_gather=True)
+    M, K, N = 256, 384, 384
+    w = _edge_weight(N, K, gen, dtype)
+    x, g = _data(M, K, gen, huge=False).to(dtype), (_data(M, N, gen, huge=False) * 1e-3).to(dtype)
+    gathered = gather_on_one_rank(w, cfg)
+    assert type(gathered) is Float8GatheredWeight and gathered.dtype == dtype and gathered.shape == w.shape
+    tile = 128 if gran == "mx128" else 32
+    assert gathered._scale.shape == (N // tile, K // tile) and gathered._scale.dtype == torch.uint8
+    got = _linear_step(x, gathered, g, cfg)
+    assert weight_quantizations[0] == 0
+    ref = _linear_step(x, w.clone(), g, cfg)
+    assert weight_quantizations[0] > 0  # the counter sees the plain weight's quantizations
+    for what, a, b in zip(("output", "grad_input", "grad_weight"), got, ref):
+        assert type(a) is torch.Tensor and a.dtype == dtype, what
+        assert _same_bits(a, b), what
+    y, gx, _ = got
+    # NaN / inf tiles (output features :128 and 256:), both in input features :128: only their outputs are NaN
+    assert y[:, :128].isnan().all() and y[:, 256:].isnan().all() and torch.isfinite(y[:, 128:256]).all()
+    assert gx[:, :tile].isnan().all() and torch.isfinite(gx[:, tile:]).all()  # grad-input: their tiles' columns
+    # any other op sees the decoded weight: the MXFP8 decode of the quantized full weight
+    q, s = to_mxfp8_blocked(w, -1, 128, 128) if gran == "mx128" else to_mxfp8_blocked(w, -1, 32, 32)
+    assert _same_bits(gathered.clone(), from_mxfp8(q, s, -1, dtype)) and _same_bits(gathered * 1, gathered.clone())
+
+
+def test_gathered_operands_are_the_quantizers_operands_bit_for_bit():
+    """The operands read from a gathered weight are, byte for byte and in the same layouts, what the Linear's own
+    quantizers write for the full weight: mx128 forward w and grad-input's w^T (tile-factor buffers padded to a
+    multiple of 4 blocks: 5 -> 8 and 3 -> 4 here), mx32's (data, scale_k). Edge tiles as above plus one value near
+    the fp32 maximum (its tile decodes to inf: 256 * 2^120)."""
+    from titan_fp8.float8.weights import gather_on_one_rank
+    gen = torch.Generator().manual_seed(12)
+    w = _edge_weight(384, 640, gen, torch.float32)
+    w[300, 600] = 3.3e38
+    mx128 = gather_on_one_rank(w, Float8Config(**MX128, enable_fsdp_float8_all_gather=True))
+    (rq, rs), (cq, cs) = f8linear._quantize_mx128(w, True, True, True, True)
+    g = torch.zeros(1, 1)
+    for (q, s), (q_ref, s_ref) in ((f8linear._mx128_weight_from_gathered(mx128), (rq, rs)),
+                                   (f8linear._mx128_weight_from_gathered(mx128, g), (cq, cs))):
+        assert q.shape == q_ref.shape and q.stride() == q_ref.stride() and q.dtype == torch.float8_e4m3fn
+        assert s.shape == s_ref.shape and s.stride() == s_ref.stride()
+        assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
+        assert torch.equal(s.view(torch.int32), s_ref.view(torch.int32))  # NaN factors and 1.0 padding included
+    mx32 = gather_on_one_rank(w, Float8Config(recipe_name="mxfp8", emulate=True, enable_fsdp_float8_all_gather=True))
+    for a, b in zip(f8linear._mx32_weight(mx32), f8linear.mx_quantize_weight(w)):
+        assert a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
+
+
+@pytest.mark.parametrize("gran", ["mx128", "mx32"])
+def test_gathered_weight_compiles_in_one_graph(triton_quantizers, monkeypatch, gran):
+    """torch.compile (aot_eager, fullgraph) takes the gathered weight as a graph input through
+    __tensor_flatten__ and gives eager's output and gradients (mx128 with the interpreted Triton quantizers for
+    x and g)."""
+    from titan_fp8.float8.weights import gather_on_one_rank
+    q128 = f8linear._quantize_mx128
+
+    def no_weight_quantization(t, tile, *args, **kwargs):  # raises in eager and in traced code alike
+        if tile:
+            raise AssertionError("the Linear quantized a gathered weight")
+        return q128(t, tile, *args, **kwargs)
+    monkeypatch.setattr(f8linear, "_quantize_mx128", no_weight_quantization)
+    monkeypatch.setattr(f8linear, "mx_quantize_weight", None)  # any call fails
+    torch._dynamo.reset()
+    gen = torch.Generator().manual_seed(4)
+    cfg = Float8Config(recipe_name="mxfp8", linear_granularity=gran, emulate=True,
+                       enable_fsdp_float8_all_gather=True)
+    x, w = _data(256, 256, gen), _data(128, 256, gen, 128, False) * 1e-2
+    gathered = gather_on_one_rank(w, cfg)
+
+    def step(f):
+        xq, wp = x.clone().requires_grad_(), nn.Parameter(gathered.detach())
+        y = f(xq, wp)
+        y.square().sum().backward()
+        return y, xq.grad, wp.grad
+
+    def fwd(x, w):  # mx128: emulate=False takes the Triton quantizers (GEMMs still emulated on CPU)
+        if gran == "mx128":
+            return f8linear._BlockwiseMM.apply(x, w, False, True, True, f8linear.MX128_WGRAD_X_TILES)
+        return f8linear._MXFP8MM.apply(x, w, True)
+    eager = step(fwd)
+    compiled = step(torch.compile(fwd, backend="aot_eager", fullgraph=True))
+    for a, b in zip(eager, compiled):
+        assert torch.equal(a, b)

@@ -32,7 +32,7 @@ Scale groups, and why:
   - a plain high-precision tensor: quantized now; eager calls are cached once per optimizer step (key:
     weights._OPTIMIZER_GENERATION, the tensor's version and storage), so the forward and the backward of a
     step quantize once. Under torch.compile nothing is cached (inductor fuses the casts into the graph).
-  - a Float8GatheredExpertWeight (what FSDP2's post-all-gather built): the bytes that travelled are fwd_data;
+  - a gathered.Float8GatheredWeight (what FSDP2's post-all-gather built): the bytes that travelled are fwd_data;
     bwd_data is their transpose, made when asked for (`which="bwd"` in backward: the copy then lives only
     during the dgrad GEMM, as the tensorwise Linear does it).
 
@@ -64,6 +64,7 @@ from kernels.grouped_gemm.quant import to_mxfp8_blocked
 from kernels.mxfp8.reference import _quantize_blocks, e8m0_to_fp32
 
 from .config import E4M3, Float8Config
+from .gathered import Float8GatheredWeight, tile_scales_along_k
 from .scaling import amax_to_scale, to_float8
 from .weights import (
     _OPTIMIZER_GENERATION,
@@ -185,14 +186,11 @@ def operands_from_compact(data: Tensor, scale: Tensor, moe_recipe: str, which: s
         if bwd:
             bd, bs = data.transpose(1, 2).contiguous(), scale.view(E, 1).expand(E, K).contiguous()
         return ExpertOperands(fd, fs, bd, bs)
-    T, r = WEIGHT_TILE, WEIGHT_TILE // MX_BLOCK
     if fwd:
-        fd = data
-        fs = scale.repeat_interleave(T, 1)[:, :N].repeat_interleave(r, 2)[:, :, :K // MX_BLOCK].contiguous()
+        fd, fs = data, tile_scales_along_k(scale, WEIGHT_TILE, N, K)
     if bwd:
         bd = data.transpose(1, 2).contiguous()
-        bs_c = scale.transpose(1, 2).repeat_interleave(T, 1)[:, :K].repeat_interleave(r, 2)[:, :, :N // MX_BLOCK]
-        bs = bs_c.contiguous().transpose(1, 2)
+        bs = tile_scales_along_k(scale.transpose(1, 2), WEIGHT_TILE, K, N).transpose(1, 2)
     return ExpertOperands(fd, fs, bd, bs)
 
 
@@ -245,10 +243,10 @@ def expert_weight_operands(w: Tensor, moe_recipe: str, granularity: Optional[str
     leaves the other direction's fields None (a gathered weight then makes its transpose only in backward)."""
     if which not in ("both", "fwd", "bwd"):
         raise ValueError(f"expert_weight_operands: which={which!r}; allowed: 'both', 'fwd', 'bwd'")
-    if isinstance(w, Float8GatheredExpertWeight):
-        if (w._moe_recipe, w._granularity) != (moe_recipe, granularity):
-            raise ValueError(f"expert_weight_operands: the gathered weight was quantized for "
-                             f"({w._moe_recipe!r}, {w._granularity!r}), asked for ({moe_recipe!r}, {granularity!r})")
+    if isinstance(w, Float8GatheredWeight):
+        if (w._recipe, w._granularity) != (moe_recipe, granularity) or w._data.dim() != 3:
+            raise ValueError(f"expert_weight_operands: the gathered weight {tuple(w.shape)} was quantized for "
+                             f"({w._recipe!r}, {w._granularity!r}), asked for ({moe_recipe!r}, {granularity!r})")
         return operands_from_compact(w._data, w._scale, moe_recipe, which)
     if isinstance(w, Float8TrainingWeight):  # float8-all-gather parameter used without FSDP2
         w = w._tensor
@@ -392,63 +390,10 @@ class Float8ExpertWeight(Float8TrainingWeight):
             scale = all_gather_outputs[1]
             scale = scale.reshape(-1, 4).view(torch.float32).reshape(-1) if recipe == "fp8_rowwise" else scale
         if out is not None:
-            if not isinstance(out, Float8GatheredExpertWeight):
+            if not isinstance(out, Float8GatheredWeight):
                 raise RuntimeError(f"float8 expert all-gather: FSDP2 handed back {type(out).__name__}, expected the "
-                                   f"Float8GatheredExpertWeight built by the first all-gather")
+                                   f"Float8GatheredWeight built by the first all-gather")
             out._scale = scale[:E]  # data: FSDP2 re-filled the same storage
             return
-        return (Float8GatheredExpertWeight(data, scale, recipe, gran, param_dtype),
+        return (Float8GatheredWeight(data, scale, recipe, gran, param_dtype, WEIGHT_TILE),
                 tuple(all_gather_outputs))
-
-
-class Float8GatheredExpertWeight(torch.Tensor):
-    """The unsharded expert weight FSDP2's post-all-gather builds: float8 bytes [E, N, K] (the fprop layout)
-    and compact decode scales, with the parameter's dtype and shape on the outside. The expert op reads its
-    operands through expert_weight_operands; its weight gradient comes back as a plain tensor of the
-    parameter dtype (what FSDP2 reduces). Any other op sees the decoded weight."""
-
-    @staticmethod
-    def __new__(cls, data: Tensor, scale: Tensor, moe_recipe: str, granularity, dtype: torch.dtype):
-        return torch.Tensor._make_wrapper_subclass(cls, data.size(), strides=data.stride(), dtype=dtype,
-                                                   device=data.device, requires_grad=False)
-
-    def __init__(self, data, scale, moe_recipe, granularity, dtype):
-        self._data, self._scale = data, scale
-        self._moe_recipe, self._granularity = moe_recipe, granularity
-
-    def __repr__(self):
-        return f"Float8GatheredExpertWeight({self._moe_recipe}/{self._granularity}, shape={tuple(self.shape)})"
-
-    def dequantize(self) -> Tensor:
-        return dequantize_operands(operands_from_compact(self._data, self._scale, self._moe_recipe, "fwd"),
-                                   self._moe_recipe, self.dtype)
-
-    def __tensor_flatten__(self):
-        return ["_data", "_scale"], (self._moe_recipe, self._granularity, self.dtype)
-
-    @staticmethod
-    def __tensor_unflatten__(inner, meta, outer_size, outer_stride):
-        recipe, gran, dtype = meta
-        return Float8GatheredExpertWeight(inner["_data"], inner["_scale"], recipe, gran, dtype)
-
-    @classmethod
-    def __torch_dispatch__(cls, func, types, args, kwargs=None):
-        kwargs = kwargs or {}
-        aten = torch.ops.aten
-        if func in (aten.detach.default, aten.alias.default):
-            t = args[0]
-            return cls(t._data, t._scale, t._moe_recipe, t._granularity, t.dtype)
-        if func is aten.as_strided.default:
-            # FSDP2 narrows the (padded) gathered tensor to the parameter's shape: whole experts off the end
-            t, size, stride = args[0], list(args[1]), list(args[2])
-            offset = args[3] if len(args) > 3 else kwargs.get("storage_offset", 0)
-            if (offset or 0) != 0 or size[1:] != list(t.shape[1:]) or stride != list(t._data[:size[0]].stride()):
-                raise NotImplementedError(f"Float8GatheredExpertWeight: as_strided{tuple(size), tuple(stride)} of "
-                                          f"{tuple(t.shape)} is not a narrowing to whole experts")
-            return cls(t._data[:size[0]], t._scale[:size[0]], t._moe_recipe, t._granularity, t.dtype)
-
-        def unwrap(t):
-            return t.dequantize()
-        import torch.utils._pytree as pytree
-        args, kwargs = pytree.tree_map_only(cls, unwrap, (args, kwargs))
-        return func(*args, **kwargs)

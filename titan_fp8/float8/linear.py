@@ -14,6 +14,12 @@ GEMM operands per recipe (x [M, K] tokens, w [N, K], g = dL/dy [M, N]):
               (grad-weight's x^T: 128x128 tiles, MX128_WGRAD_X_TILES); GEMMs on cuBLAS blockwise like blockwise's
               (one autograd function, _BlockwiseMM(pow2=True)), operands from one-read Triton quantizers that
               write the scales in cuBLAS's layouts (kernels.grouped_gemm.quant_triton.to_mx128_blockwise).
+              With float8 all-gather the weight arrives quantized: a gathered.Float8GatheredWeight (e4m3 bytes
+              [N, K] + one E8M0 byte per 32x32 / 128x128 tile, made by FSDP2's pre-all-gather hook on each
+              shard). Both GEMM functions then take w from those bytes and never quantize it: mx32 expands the
+              tile bytes to its per-32 scales; mx128 turns them into cuBLAS's padded tile-factor buffer for
+              forward, and for grad-input transposes the bytes (1 byte per element, in backward) and the tile
+              factors. Same tiles, same rule: bit for bit the operands a quantization of the full weight gives.
 With emulate=True every recipe quantizes exactly as on the GPU and multiplies dequantized operands in fp32.
 """
 from __future__ import annotations
@@ -50,6 +56,7 @@ from kernels.float8_cast import (
     to_float8_transposed,
     to_float8_with_transpose,
 )
+from kernels.mxfp8 import e8m0_to_fp32
 
 from .config import E4M3, E5M2, Float8Config
 from .scaling import (
@@ -63,6 +70,7 @@ from .scaling import (
     quantize_128x128,
     tensorwise_scale,
 )
+from .gathered import Float8GatheredWeight, tile_scales_along_k
 from .weights import Float8TrainingWeight, linear_mm_config, unwrap_weight  # noqa: F401 (linear_mm_config: API)
 
 if GemmInputRole is not None:
@@ -86,15 +94,20 @@ def _weight_for_grad_input(w8: Float8TrainingTensor, g: torch.Tensor) -> Float8T
     of every layer held across the step (tests/cpu/test_float8_memory.py counts it). Adding an integer zero
     computed from g ties the copy to backward; it stays ONE fused transposing kernel in inductor (an opaque
     custom op here ran as a slow eager byte transpose: 11 ms/step on 8 Llama-3-8B blocks, H200)."""
+    return Float8TrainingTensor(_transpose_in_backward(w8._data, g).t(), w8._scale, w8._orig_dtype,
+                                w8._linear_mm_config, w8._gemm_input_role)
+
+
+def _transpose_in_backward(data: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """float8 data [R, C] -> its transpose [C, R] contiguous, copied after g exists (see _weight_for_grad_input
+    for why a gathered weight's transpose must be tied to backward)."""
     # a uint8 0 computed from g (NaN != NaN is the only way to 1, and & 0 clears it; no dtype view of g, whose
     # layout inductor may leave open)
     g00 = g[:1, :1]
     zero = (g00 != g00).to(torch.uint8) & 0
-    w_u8 = w8._data.view(torch.uint8)
-    # [K, N] with N contiguous: the transposed copy, written by the add itself (one pass, eager or compiled)
-    wt = torch.add(w_u8.t(), zero, out=w_u8.new_empty(w_u8.shape[1], w_u8.shape[0]))
-    return Float8TrainingTensor(wt.view(w8._data.dtype).t(), w8._scale, w8._orig_dtype, w8._linear_mm_config,
-                                w8._gemm_input_role)
+    u8 = data.view(torch.uint8)
+    # [C, R] with R contiguous: the transposed copy, written by the add itself (one pass, eager or compiled)
+    return torch.add(u8.t(), zero, out=u8.new_empty(u8.shape[1], u8.shape[0])).view(data.dtype)
 
 
 def _rowwise(t: torch.Tensor, cfg: LinearMMConfig, role):
@@ -218,15 +231,19 @@ def _scale_outer_major(s: torch.Tensor) -> torch.Tensor:
     return s.t().contiguous().t()
 
 
+def _pad_tile_factors(s: torch.Tensor) -> torch.Tensor:
+    """128x128 factors [N/128, K/128] -> the contiguous [N/128, L4] buffer, L4 = K/128 rounded up to a multiple
+    of 4 (kernels.grouped_gemm.quant.blockwise_scale_buffers' tile layout; cuBLAS reads its transpose). The pad
+    slots are K-blocks past the data, which no product uses; they hold 1.0 (as torchao pads, and as the mx128
+    quantizers write them) so that even a read of them stays finite."""
+    k_blocks = s.shape[1]
+    return F.pad(s, (0, -(-k_blocks // 4) * 4 - k_blocks), value=1.0).contiguous()  # no pad: F.pad may alias s
+
+
 def _tile_scale_k_major_padded(s: torch.Tensor) -> torch.Tensor:
-    """128x128 scale [N/128, K/128] -> [L4, N/128] with strides (1, L4), L4 = K/128 rounded up to a multiple of
-    4: cuBLAS reads BLK128x128 scales K-block-major with a 16-byte aligned column stride (torch checks exactly
-    this shape and stride). The pad slots are K-blocks past the data, which no product uses; they hold 1.0
-    (as torchao pads) so that even a read of them stays finite."""
-    n_blocks, k_blocks = s.shape
-    padded = s.new_ones(n_blocks, -(-k_blocks // 4) * 4)
-    padded[:, :k_blocks] = s
-    return padded.t()
+    """128x128 scale [N/128, K/128] -> [L4, N/128] with strides (1, L4): cuBLAS reads BLK128x128 scales
+    K-block-major with a 16-byte aligned column stride (torch checks exactly this shape and stride)."""
+    return _pad_tile_factors(s).t()
 
 
 def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool, inverse: bool = False):
@@ -331,6 +348,27 @@ def _quantize_blockwise(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emu
     return quantize_1x128(t) if rows else None, quantize_1x128(t.t()) if cols else None
 
 
+def _check_gathered(w: Float8GatheredWeight, tile: int, recipe: str) -> None:
+    """A float8-all-gathered weight must carry one E8M0 byte per tile x tile square of a 2-D [N, K] weight."""
+    want = (w.shape[0] // tile, w.shape[-1] // tile)
+    if w._data.dim() != 2 or w._scale.dtype != torch.uint8 or tuple(w._scale.shape) != want:
+        raise ValueError(f"float8 {recipe}: the all-gathered weight {tuple(w.shape)} carries {w._scale.dtype} scales "
+                         f"of shape {tuple(w._scale.shape)}; this GEMM needs one E8M0 byte per {tile}x{tile} "
+                         f"tile of a 2-D weight, {want}")
+
+
+def _mx128_weight_from_gathered(w: Float8GatheredWeight, g=None):
+    """mx128's weight operand from the all-gathered bytes, exactly what _quantize_mx128 writes for the full
+    weight: (e4m3 data, fp32 tile factors 2^e as the padded [rows/128, round_up(cols/128, 4)] buffer).
+    g None (forward): w [N, K]. g given (grad-input): w^T [K, N], the same tiles transposed: a 1-byte
+    transposing copy of the data, made in backward (tied to g), and the factor grid transposed."""
+    _check_gathered(w, BLOCK_K, "mxfp8 mx128")
+    f = e8m0_to_fp32(w._scale)
+    if g is None:
+        return w._data, _pad_tile_factors(f)
+    return _transpose_in_backward(w._data, g), _pad_tile_factors(f.t())
+
+
 # mx128: grad-weight's x^T operand as 128x128 tiles (128 tokens x 128 features share a scale) rather than 1x128
 # blocks along tokens (g^T keeps 1x128 blocks along tokens). cuBLAS runs that GEMM with its 1x128 x 128x128 kernel,
 # ~1.27x faster than its 1x128 x 1x128 one: on an H100 at 8192x4096->4096 grad-weight takes 215 us instead of 269,
@@ -350,7 +388,9 @@ class _BlockwiseMM(torch.autograd.Function):
              operand, written from the same read as x's forward copy, 1 byte per element) instead of x, and the
              weight itself: backward quantizes w^T (grad-input's operand) next to its use. A float8 w^T kept from
              forward would hold 1 byte per parameter of every layer across the step, where FSDP2 frees the
-             gathered weight after forward and gathers it again for backward."""
+             gathered weight after forward and gathers it again for backward.
+             A float8-all-gathered w (Float8GatheredWeight) is never quantized: forward reads its bytes and tile
+             scales, backward transposes them (_mx128_weight_from_gathered)."""
 
     @staticmethod
     def forward(ctx, x, w, emulate: bool, pow2: bool = False, grad: bool = True, xt_tile: bool = False):
@@ -365,7 +405,13 @@ class _BlockwiseMM(torch.autograd.Function):
             _check_rows(x2.shape[0], BLOCK_K, "mxfp8 mx128")
         # blockwise keeps x and recasts it in backward (its aten transposing cast); mx128 writes x^T now
         (xq, xs), xt = quant(x2, False, True, pow2 and need_gw, emulate, col_tile=pow2 and xt_tile)
-        (wq, ws), _ = quant(w, True, True, False, emulate)
+        if isinstance(w, Float8GatheredWeight):
+            if not pow2:
+                raise ValueError(f"float8 blockwise: weight {tuple(w.shape)} arrived float8-all-gathered (mxfp8 "
+                                 f"tiles); the blockwise recipe has no float8 all-gather")
+            wq, ws = _mx128_weight_from_gathered(w)
+        else:
+            (wq, ws), _ = quant(w, True, True, False, emulate)
         if pow2:
             ctx.save_for_backward(*(xt or (None, None)), w if need_gx else None)
         else:
@@ -384,7 +430,9 @@ class _BlockwiseMM(torch.autograd.Function):
             xtq, xts, w = ctx.saved_tensors
             # g in both layouts from one read: rows (1x128 along N) for grad-input, g^T (1x128 along tokens)
             g_row, g_col = _quantize_mx128(g2, False, need_gx, need_gw, ctx.emulate)
-            if need_gx:  # w^T in the same 128x128 tiles as forward's w (same numbers, transposed); after=g2 keeps
+            if need_gx and isinstance(w, Float8GatheredWeight):  # the gathered tiles, transposed
+                wtq, wts = _mx128_weight_from_gathered(w, g2)
+            elif need_gx:  # w^T in the same 128x128 tiles as forward's w (same numbers, transposed); after=g2 keeps
                 # it in backward under torch.compile
                 wtq, wts = _quantize_mx128(w, True, False, True, ctx.emulate, after=g2)[1]
         else:
@@ -404,22 +452,39 @@ class _BlockwiseMM(torch.autograd.Function):
         return grad_x, grad_w, None, None, None, None
 
 
+def _mx32_weight(w: torch.Tensor):
+    """(e4m3 data [N, K], E8M0 scale_k [N, K/32]) of the 32x32-tile weight: a float8-all-gathered weight's
+    bytes with its tile bytes expanded along K, or a plain weight quantized now (scaling.mx_quantize_weight)."""
+    if isinstance(w, Float8GatheredWeight):
+        _check_gathered(w, 32, "mxfp8 mx32")
+        return w._data, tile_scales_along_k(w._scale, 32, w.shape[0], w.shape[1])
+    return mx_quantize_weight(w)
+
+
 class _MXFP8MM(torch.autograd.Function):
+    """mxfp8 "mx32": x and g 1x32 along the contracted dim, w 32x32 tiles (one quantization, or the
+    all-gathered bytes, serves forward and grad-input); the operands are decoded and multiplied in fp32
+    (emulate / CPU) or bf16."""
+
     @staticmethod
     def forward(ctx, x, w, emulate: bool):
         x2 = x.reshape(-1, x.shape[-1])
         dt = _mm_dtype(x2, emulate)
         xq, xs = mx_quantize(x2, -1)
-        wq, wsk = mx_quantize_weight(w)
+        wq, wsk = _mx32_weight(w)
         w_deq = mx_dequantize(wq, wsk, -1, dt)
         out = (mx_dequantize(xq, xs, -1, dt) @ w_deq.t()).to(x.dtype)
-        ctx.save_for_backward(x2, wq, wsk)
+        # a gathered weight is saved as itself (its bytes are the unsharded parameter, which FSDP2 gathers again
+        # for backward), not its expanded scales: nothing new is held from forward to backward
+        ctx.save_for_backward(x2, *((w, None) if isinstance(w, Float8GatheredWeight) else (wq, wsk)))
         ctx.emulate, ctx.w_dtype = emulate, w.dtype
         return out.reshape(*x.shape[:-1], out.shape[-1])
 
     @staticmethod
     def backward(ctx, g):
         x2, wq, wsk = ctx.saved_tensors
+        if wsk is None:  # wq is the gathered weight
+            wq, wsk = _mx32_weight(wq)
         g2 = g.reshape(-1, g.shape[-1])
         _check_rows(g2.shape[0], 32, "mxfp8")
         dt = _mm_dtype(g2, ctx.emulate)
@@ -463,7 +528,8 @@ def _drop_scale_cache(module, incompatible_keys):
 class Float8Linear(nn.Linear):
     """nn.Linear whose matmuls run in float8 (recipe from `float8_config`). Weight and bias stay in high
     precision (checkpoints hold them); with float8 all-gather the weight is a Float8TrainingWeight whose
-    FSDP2 hooks gather it already quantized."""
+    FSDP2 hooks gather it already quantized (forward then sees a torchao Float8TrainingTensor for tensorwise,
+    a Float8GatheredWeight for mxfp8)."""
 
     float8_config: Float8Config
 

@@ -15,11 +15,13 @@ mxfp8       pre:  MXFP8 with one E8M0 scale per 32x32 tile (kernels.mxfp8.to_mxf
                   "mx128": per 128x128 tile, kernels.grouped_gemm's quantizers). Tiles lie inside a shard when each
                   shard holds a multiple of 32 (128) rows, so the shard quantizes exactly as the unsharded weight
                   would: NO all-reduce at all (other shardings are a start-up error, convert.check_float8_all_gather).
-                  Data and scale bytes (one E8M0 byte per 1x32 block either way) are both gathered.
-            post: the gathered MXFP8 weight decoded to the parameter dtype. The linear's tile quantization
-                  of that tensor reproduces the same bytes (requantizing a decoded MXFP8 tensor on the same
-                  tiles is exact), so numerics equal quantize-after-gather; the bytes on the wire are 1/32
-                  over half of bf16's.
+                  Both travel: the e4m3 bytes and ONE E8M0 byte per tile (compact [rows/tile, K/tile]).
+            post: a gathered.Float8GatheredWeight(data, tile scales) with the parameter dtype outside: the
+                  Linear's GEMMs (linear.py) read those bytes and scales as they are (mx128: w^T for grad-input is
+                  the same tiles transposed), so the weight is never decoded and quantized again, and numerics
+                  are quantize-after-gather's bit for bit. Backward's regather refills the same data storage
+                  (FSDP2's `out=` call): only the scales are swapped in. The bytes on the wire are just over
+                  half of bf16's.
 
 Every all-gather input is handed to FSDP2 as uint8 bytes (gloo cannot all-gather float8 dtypes; NCCL does
 not care) and viewed back as float8 after the gather.
@@ -39,7 +41,8 @@ from torch._prims_common import suggest_memory_format
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .config import E4M3, Float8Config
-from .scaling import amax_to_scale, mx_dequantize, mx_quantize_weight, mx_quantize_weight_tiles, to_float8_fused
+from .gathered import Float8GatheredWeight
+from .scaling import amax_to_scale, mx_quantize_weight, mx_quantize_weight_tiles, to_float8_fused
 
 aten = torch.ops.aten
 
@@ -243,26 +246,29 @@ class Float8TrainingWeight(torch.Tensor):
             data, scale_k = mx_quantize_weight(self._tensor)
         else:
             data, scale_k = mx_quantize_weight_tiles(self._tensor, tile)
+        scale = scale_k[::tile, ::tile // 32].contiguous()  # one E8M0 byte per tile (each 1x32 block repeats it)
         if world == 1:
             # FSDP2's one-rank path (torch 2.11-2.14, FSDPParamGroup.wait_for_unshard) copies only the FIRST
             # all-gather input into the unsharded parameter: the scales ride in the metadata instead.
-            return (data.view(torch.uint8),), (scale_k,)
-        return (data.view(torch.uint8), scale_k), ()
+            return (data.view(torch.uint8),), (scale,)
+        return (data.view(torch.uint8), scale), ()
 
     def fsdp_post_all_gather(self, all_gather_outputs, metadata: Any, param_dtype: torch.dtype, *,
                              out: Optional[torch.Tensor] = None):
         if self._config.recipe_name == "mxfp8":
-            data, scale_k = all_gather_outputs if len(all_gather_outputs) == 2 else (*all_gather_outputs, *metadata)
-            w = mx_dequantize(data.view(E4M3), scale_k, -1, param_dtype)
+            data, scale = all_gather_outputs if len(all_gather_outputs) == 2 else (*all_gather_outputs, *metadata)
             if out is not None:
-                # Backward's regather writes into the unsharded parameter forward used. Keep its version:
-                # mx128's Linear saves that weight for grad-input, and autograd would reject the copy as an
-                # in-place change. The values are the same because the optimizer steps after backward. FSDP2
-                # does the same for its own copy-out.
-                with torch.no_grad(), torch.autograd._unsafe_preserve_version_counter(out):
-                    out.copy_(w)
+                # backward's regather: FSDP2 re-filled the data storage `out` views (its copy-out keeps the
+                # version, so the Linear's saved weight stays valid); only the scale tensor is new (1 rank: the
+                # metadata's). No copy.
+                if not isinstance(out, Float8GatheredWeight):
+                    raise RuntimeError(f"float8 all-gather (mxfp8): FSDP2 handed back {type(out).__name__}, "
+                                       f"expected the Float8GatheredWeight built by the first all-gather")
+                out._scale = scale
                 return
-            return w, (w,)
+            w = Float8GatheredWeight(data.view(E4M3), scale, "mxfp8", self._config.linear_granularity, param_dtype,
+                                     self._config.linear_dim_multiple)
+            return w, tuple(all_gather_outputs)
         from torchao.float8.float8_training_tensor import Float8TrainingTensor, GemmInputRole
 
         (data,) = all_gather_outputs
@@ -277,6 +283,26 @@ class Float8TrainingWeight(torch.Tensor):
         f8 = data.view(E4M3)
         return Float8TrainingTensor(f8, scale, param_dtype, linear_mm_config(self._config.emulate),
                                     GemmInputRole.WEIGHT), (data,)
+
+
+class _OneRank:
+    """The one method of FSDP2's shard mesh the mxfp8 pre-all-gather reads."""
+
+    def size(self) -> int:
+        return 1
+
+
+def gather_on_one_rank(weight: torch.Tensor, config: Float8Config, param_dtype: Optional[torch.dtype] = None):
+    """What FSDP2's float8 all-gather hands an mxfp8 Float8Linear on one rank: the pre- then post-all-gather
+    hook on the whole weight, with no collective (a Float8GatheredWeight). For tests and benchmarks of the GEMMs
+    on gathered weights."""
+    if config.recipe_name != "mxfp8":
+        raise ValueError(f"gather_on_one_rank: recipe_name={config.recipe_name!r}; only 'mxfp8' weights gather "
+                         f"without a module (tensorwise needs its model's scale all-reduce)")
+    w = Float8TrainingWeight(weight.detach(), config)
+    inputs, metadata = w.fsdp_pre_all_gather(_OneRank(), weight.shape, weight.stride(), None, None)
+    gathered, _ = w.fsdp_post_all_gather(inputs, metadata, param_dtype or weight.dtype)
+    return gathered
 
 
 # ---------------------------------------------------------------------------------- the ONE AMAX all-reduce
