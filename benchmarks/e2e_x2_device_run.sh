@@ -1,7 +1,8 @@
 #!/bin/bash
 # One device call on nvidia-h200-x2 per part: llama_moe end to end, 25 steps a run, median tokens/s/GPU.
 #   speed  bf16, tensorwise, tensorwise + mx128 experts (the best recipe of session 9) with NCCL_MAX_CTAS
-#          unset / 16 / 8, and mxfp8_mx128_linears: issue 9 acc. 3, 10 acc. 3, 11 acc. 3 on ONE machine
+#          unset / 16 / 8, mxfp8_mx128_linears and mxfp8_mx128 (Linears float8 after the gather since session 9):
+#          issue 9 acc. 3, 10 acc. 3, 11 acc. 3 on ONE machine (a cut-short call: run it again, --reuse)
 #   ep     FSDP only vs EP=2 with bf16 and float8 dispatch, bf16 EP: issue 12 acc. 2
 #   all    session 9's list (every preset; needs two calls: run it again, it reuses finished runs)
 # From the repo root, carrying .whl (torchao, nvidia-cutlass wheels) and, for a second call, outputs/e2e_x2:
@@ -18,7 +19,7 @@ LOG=$OUT/e2e_x2.log
 pack() { (cd outputs && tar czf "$OUT/e2e_x2.tgz" --exclude="*.pt" e2e_x2 2>/dev/null); }
 trap pack EXIT
 case $PART in
-  speed) R="bf16,tensorwise,tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8,mxfp8_mx128_linears" ;;
+  speed) R="bf16,tensorwise,tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8,mxfp8_mx128_linears,mxfp8_mx128" ;;
   ep) R="bf16,tensorwise_fp8_rowwise_experts,ep2_tw_rw:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,ep2_tw_rw_f8d:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,dispatch_dtype=float8,ep2_bf16:bf16,parallelism.expert_parallel_degree=2" ;;
   all) R="bf16,tensorwise,tw_noag:tensorwise,enable_fsdp_float8_all_gather=false,precompute_float8_dynamic_scale_for_fsdp=false,tensorwise_fp8_rowwise_experts,tensorwise_mx128_experts,tw_ctas16:tensorwise,comm.nccl_max_ctas=16,tw_ctas8:tensorwise,comm.nccl_max_ctas=8,mxfp8_mx128,mxfp8_mx128_linears,mxfp8_mx32_experts" ;;
   *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | ep | all)"; exit 2 ;;
