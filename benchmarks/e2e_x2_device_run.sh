@@ -1,8 +1,10 @@
 #!/bin/bash
 # One device call on nvidia-h200-x2 per part: llama_moe end to end, 25 steps a run, median tokens/s/GPU.
-#   speed  bf16, tensorwise, tensorwise + mx128 experts (the best recipe of session 9) with NCCL_MAX_CTAS
-#          unset / 16 / 8, mxfp8_mx128_linears and mxfp8_mx128 (Linears float8 after the gather since session 9):
-#          issue 9 acc. 3, 10 acc. 3, 11 acc. 3 on ONE machine (a cut-short call: run it again, --reuse)
+#   speed  bf16, tensorwise, tensorwise + mx128 experts (the best recipe of session 9), mxfp8_mx128_linears and
+#          mxfp8_mx128 (Linears float8 after the gather since session 9): issue 9 acc. 3 and 10 acc. 3 on ONE
+#          machine; then bf16, tw + mx128 experts and mx128 Linears again, each profiling its last step
+#          (gaps_<run>.json from benchmarks/trace_gaps.py; the traces themselves stay on the machine)
+#   ctas   tensorwise + mx128 experts with NCCL_MAX_CTAS unset / 16 / 8
 #   ep     FSDP only vs EP=2 with bf16 and float8 dispatch, bf16 EP: issue 12 acc. 2
 #   all    session 9's list (every preset; needs two calls: run it again, it reuses finished runs)
 # From the repo root, carrying .whl (torchao, nvidia-cutlass wheels) and, for a second call, outputs/e2e_x2:
@@ -19,10 +21,12 @@ LOG=$OUT/e2e_x2.log
 pack() { (cd outputs && tar czf "$OUT/e2e_x2.tgz" --exclude="*.pt" e2e_x2 2>/dev/null); }
 trap pack EXIT
 case $PART in
-  speed) R="bf16,tensorwise,tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8,mxfp8_mx128_linears,mxfp8_mx128" ;;
+  speed) P="profiling.enable_profiling=true,profiling.profile_freq=25"  # the last step, left out of the median
+         R="bf16,tensorwise,tensorwise_mx128_experts,mxfp8_mx128_linears,mxfp8_mx128,bf16_prof:bf16,$P,tw_mx128_prof:tensorwise_mx128_experts,$P,mx128_linears_prof:mxfp8_mx128_linears,$P" ;;
+  ctas) R="tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8" ;;
   ep) R="bf16,tensorwise_fp8_rowwise_experts,ep2_tw_rw:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,ep2_tw_rw_f8d:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,dispatch_dtype=float8,ep2_bf16:bf16,parallelism.expert_parallel_degree=2" ;;
   all) R="bf16,tensorwise,tw_noag:tensorwise,enable_fsdp_float8_all_gather=false,precompute_float8_dynamic_scale_for_fsdp=false,tensorwise_fp8_rowwise_experts,tensorwise_mx128_experts,tw_ctas16:tensorwise,comm.nccl_max_ctas=16,tw_ctas8:tensorwise,comm.nccl_max_ctas=8,mxfp8_mx128,mxfp8_mx128_linears,mxfp8_mx32_experts" ;;
-  *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | ep | all)"; exit 2 ;;
+  *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | ctas | ep | all)"; exit 2 ;;
 esac
 {
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -34,5 +38,11 @@ LEFT=$((BUDGET - SECONDS - 25))
 echo "compare: $LEFT s left for the runs"
 timeout $LEFT python3 launch/compare.py --config train_configs/llama_moe.toml --nproc 2 --steps 25 \
     --job.dump_folder=outputs/e2e_x2 --reuse --recipes "$R" 2>&1 | grep -v Warning
+for t in outputs/e2e_x2/*/profile_traces/iteration_*/rank0_trace.json; do
+  [ -f "$t" ] || continue
+  run=${t#outputs/e2e_x2/}; run=${run%%/*}
+  python3 benchmarks/trace_gaps.py "$t" --top 15 --json "outputs/e2e_x2/$run/gaps_rank0.json" | head -40
+done
+find outputs/e2e_x2 -name "rank*_trace.json" -delete
 } > "$LOG" 2>&1
 tail -30 "$LOG"
