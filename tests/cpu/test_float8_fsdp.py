@@ -102,3 +102,23 @@ def test_weight_subclass_unwraps_foreach_and_nested_args():
     assert _unwrap_flat(([[wrapped[0]]],), {}) is None  # nested: pytree's job
     # a nested op still works (torch.cat takes a flat list; stack of a tuple too)
     assert torch.equal(torch.cat([wrapped[1], wrapped[1]]), torch.cat([2 * plain[1]] * 2))
+
+
+def test_pre_all_gather_hook_signature_is_precomputed():
+    """FSDP2 inspects fsdp_pre_all_gather's signature at every all-gather of every parameter; both float8 weight
+    classes carry it precomputed (inspect then skips parsing the function), and it is the hook's real signature
+    with FSDP2's five arguments."""
+    import inspect
+
+    from titan_fp8.float8.expert_weights import Float8ExpertWeight
+    from titan_fp8.float8.weights import Float8TrainingWeight
+    for cls in (Float8TrainingWeight, Float8ExpertWeight):
+        hook = cls.__dict__["fsdp_pre_all_gather"]
+        assert "__signature__" in hook.__dict__, cls.__name__
+        del_sig = hook.__dict__.pop("__signature__")
+        try:
+            assert del_sig == inspect.signature(hook)
+        finally:
+            hook.__signature__ = del_sig
+        bound = cls.__new__(cls, torch.zeros(2, 2), None).fsdp_pre_all_gather
+        assert list(inspect.signature(bound).parameters) == ["mesh", "outer_size", "outer_stride", "module", "mp_policy"]

@@ -72,6 +72,7 @@ from .weights import (
     ScaleCache,
     compute_scales,
     group_entries,
+    precompute_hook_signature,
     warn_stale_precompute,
 )
 
@@ -397,3 +398,6 @@ class Float8ExpertWeight(Float8TrainingWeight):
             return
         return (Float8GatheredWeight(data, scale, recipe, gran, param_dtype, WEIGHT_TILE),
                 tuple(all_gather_outputs))
+
+
+precompute_hook_signature(Float8ExpertWeight)
