@@ -1,9 +1,9 @@
 #!/bin/bash
 # One device call on nvidia-h200-x2 per part: llama_moe end to end, 25 steps a run, median tokens/s/GPU.
-#   speed  bf16, tensorwise, tensorwise + mx128 experts (the best recipe of session 9), mxfp8_mx128_linears and
-#          mxfp8_mx128 (Linears float8 after the gather since session 9): issue 9 acc. 3 and 10 acc. 3 on ONE
-#          machine; then bf16, tw + mx128 experts and mx128 Linears again, each profiling its last step
-#          (gaps_<run>.json from benchmarks/trace_gaps.py; the traces themselves stay on the machine)
+#   speed  bf16, tensorwise, tensorwise + mx128 experts (the best recipe), mxfp8_mx128_linears: issue 9 acc. 3
+#          and 10 acc. 3 on ONE machine; then bf16 and tw + mx128 experts again (the spread between two runs of
+#          one recipe), the second profiling its last step (gaps_<run>.json from benchmarks/trace_gaps.py; the
+#          traces themselves stay on the machine). X2_TESTS="tests/gpu/..." runs those GPU tests first.
 #   ctas   tensorwise + mx128 experts with NCCL_MAX_CTAS unset / 16 / 8
 #   ep     FSDP only vs EP=2 with bf16 and float8 dispatch, bf16 EP: issue 12 acc. 2
 #   all    session 9's list (every preset; needs two calls: run it again, it reuses finished runs)
@@ -22,7 +22,7 @@ pack() { (cd outputs && tar czf "$OUT/e2e_x2.tgz" --exclude="*.pt" e2e_x2 2>/dev
 trap pack EXIT
 case $PART in
   speed) P="profiling.enable_profiling=true,profiling.profile_freq=25"  # the last step, left out of the median
-         R="bf16,tensorwise,tensorwise_mx128_experts,mxfp8_mx128_linears,mxfp8_mx128,bf16_prof:bf16,$P,tw_mx128_prof:tensorwise_mx128_experts,$P,mx128_linears_prof:mxfp8_mx128_linears,$P" ;;
+         R="bf16,tensorwise,tensorwise_mx128_experts,mxfp8_mx128_linears,bf16_b:bf16,tw_mx128_b:tensorwise_mx128_experts,$P" ;;
   ctas) R="tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8" ;;
   ep) R="bf16,tensorwise_fp8_rowwise_experts,ep2_tw_rw:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,ep2_tw_rw_f8d:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,dispatch_dtype=float8,ep2_bf16:bf16,parallelism.expert_parallel_degree=2" ;;
   all) R="bf16,tensorwise,tw_noag:tensorwise,enable_fsdp_float8_all_gather=false,precompute_float8_dynamic_scale_for_fsdp=false,tensorwise_fp8_rowwise_experts,tensorwise_mx128_experts,tw_ctas16:tensorwise,comm.nccl_max_ctas=16,tw_ctas8:tensorwise,comm.nccl_max_ctas=8,mxfp8_mx128,mxfp8_mx128_linears,mxfp8_mx32_experts" ;;
@@ -34,6 +34,12 @@ export PYTHONPATH=$PWD:/tmp/site
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv
 # the CUTLASS extension builds once per machine, before any timed run
 MAX_JOBS=32 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('CUTLASS ready')" 2>&1 | tail -1
+if [ -n "${X2_TESTS:-}" ]; then
+  timeout 200 python3 -m pytest -q -x -p no:cacheprovider $X2_TESTS > "$OUT/gpu_tests.log" 2>&1
+  rc=$?
+  echo "gpu tests: rc $rc ($(tail -1 "$OUT/gpu_tests.log"))"
+  [ $rc -eq 0 ] || { echo "GPU tests failed: no timed runs"; exit 1; }
+fi
 LEFT=$((BUDGET - SECONDS - 25))
 echo "compare: $LEFT s left for the runs"
 timeout $LEFT python3 launch/compare.py --config train_configs/llama_moe.toml --nproc 2 --steps 25 \

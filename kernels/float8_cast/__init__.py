@@ -15,6 +15,9 @@ Public entry points (contracts; reference.py has the exact rule):
   to_float8_tensorwise(x, scale, float8_dtype=e4m3, backend="auto") -> data, x's shape
       to_float8(x, scale, dtype) in one pass, for EAGER callers (FSDP2's float8 all-gather casts the weight
       shards in its hooks, outside any compiled region): a plain Triton launch, not a triton op.
+  to_float8_tensorwise_many(xs, scales, float8_dtype=e4m3, backend="auto") -> [data of x, x's shape, ...]
+      [to_float8(x, scales[i], dtype) for each x] in ONE launch (the outputs are views into one buffer): FSDP2's
+      float8 all-gather casts a block's weight shards together, one Python launch instead of one per weight.
   amax_to_scale, to_float8: the amax -> scale rule and the plain cast every non-MX recipe uses.
 
 backend: "auto" = Triton on CUDA tensors (rows up to kernels.float8_cast.triton._MAX_ROW elements), reference
@@ -39,7 +42,7 @@ from .reference import (  # noqa: F401
 )
 
 __all__ = ["to_float8_rowwise", "to_float8_colwise_transposed", "to_float8_transposed", "to_float8_with_transpose",
-           "to_float8_tensorwise", "amax_to_scale", "to_float8",
+           "to_float8_tensorwise", "to_float8_tensorwise_many", "amax_to_scale", "to_float8",
            "to_float8_rowwise_reference", "to_float8_colwise_transposed_reference"]
 
 _BACKENDS = ("auto", "reference", "triton")
@@ -160,3 +163,32 @@ def to_float8_tensorwise(x: torch.Tensor, scale: torch.Tensor, float8_dtype: tor
         if _use_triton(x, backend, 0):
             return _triton().to_float8_tensorwise_triton(x.contiguous(), scale, float8_dtype)
         return to_float8(x, scale, float8_dtype)
+
+
+def to_float8_tensorwise_many(xs, scales: torch.Tensor, float8_dtype: torch.dtype = E4M3,
+                              backend: str = "auto") -> list:
+    """[to_float8(x, scales[i], float8_dtype) for i, x in enumerate(xs)] (xs: high-precision tensors of one dtype
+    and device, any shapes; scales fp32 [len(xs)] on that device) in one pass over all of them and ONE launch on
+    CUDA; for eager callers (see the module docstring). Empty tensors give empty results."""
+    who = "to_float8_tensorwise_many"
+    if not isinstance(xs, (list, tuple)) or not xs or not all(isinstance(x, torch.Tensor) for x in xs):
+        raise ValueError(f"{who}: xs must be a non-empty list of tensors")
+    dtypes, devices = {x.dtype for x in xs}, {x.device for x in xs}
+    if len(dtypes) != 1 or len(devices) != 1:
+        raise ValueError(f"{who}: xs must share one dtype and device, got {sorted(map(str, dtypes))} on "
+                         f"{sorted(map(str, devices))}")
+    if not xs[0].is_floating_point() or xs[0].dtype in (E4M3, E5M2):
+        raise ValueError(f"{who}: xs must be high-precision float tensors, got {xs[0].dtype}")
+    if scales.dtype != torch.float32 or scales.shape != (len(xs),) or scales.device != xs[0].device:
+        raise ValueError(f"{who}: scales must be fp32 [{len(xs)}] on {xs[0].device}, got {scales.dtype} "
+                         f"{tuple(scales.shape)} on {scales.device}")
+    if float8_dtype not in (E4M3, E5M2):
+        raise ValueError(f"{who}: float8_dtype must be torch.float8_e4m3fn or torch.float8_e5m2, got {float8_dtype}")
+    if backend not in _BACKENDS:
+        raise ValueError(f"float8_cast: backend={backend!r}; allowed: {', '.join(map(repr, _BACKENDS))}")
+    with torch.no_grad():
+        if backend == "triton" or (backend == "auto" and xs[0].is_cuda):
+            if not all(x.is_contiguous() for x in xs):
+                raise ValueError(f"{who}: the Triton path needs contiguous tensors")
+            return _triton().to_float8_tensorwise_many_triton(list(xs), scales.contiguous(), float8_dtype)
+        return [to_float8(x, scales[i], float8_dtype) for i, x in enumerate(xs)]

@@ -170,6 +170,93 @@ def to_float8_tensorwise_triton(x: torch.Tensor, scale: torch.Tensor, float8_dty
     return q.view(float8_dtype)
 
 
+@triton.jit
+def _cast_many_kernel(table_ptr, s_ptr, q_ptr, T: tl.constexpr, T_PAD: tl.constexpr, X_DTYPE: tl.constexpr,
+                      BLOCK: tl.constexpr, E5M2: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+    # T tensors, each cast with its own scale s[t], into one flat byte buffer q. table int64 [4, T_PAD]:
+    # input address, numel, first program, output offset of each tensor (first program of the padding
+    # entries: a huge value, so no program picks them). Program pid casts BLOCK elements of tensor t, the last
+    # tensor whose first program is <= pid.
+    pid = tl.program_id(0)
+    ts = tl.arange(0, T_PAD)
+    first = tl.load(table_ptr + 2 * T_PAD + ts)
+    t = tl.sum((first <= pid).to(tl.int32)) - 1
+    x_ptr = tl.load(table_ptr + t).to(tl.pointer_type(X_DTYPE))
+    n = tl.load(table_ptr + T_PAD + t)
+    out = tl.load(table_ptr + 3 * T_PAD + t)
+    offs = (pid - tl.load(table_ptr + 2 * T_PAD + t)) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = _widen(_load_raw(x_ptr, offs, mask, IS_BF16), IS_BF16)
+    scale = tl.load(s_ptr + t)
+    if E5M2:
+        code = _encode_e5m2(x * scale, scale != scale, HW_CAST)
+    else:
+        code = _encode(x * scale, scale != scale, HW_CAST)
+    tl.store(q_ptr + out + offs, code, mask=mask)
+
+
+_TL_DTYPE = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
+             torch.int16: tl.int16}
+_MANY_TABLES = {}  # (addresses, numels, device) -> (device table, pinned host copy, programs, total): see below
+_MANY_TABLES_MAX = 256
+
+
+def _many_table(xs, block):
+    """The launch table of to_float8_tensorwise_many_triton, built on the host and copied to the GPU once per
+    set of (address, numel): FSDP2's weight shards keep their storage, so every all-gather of a block after the
+    first reuses it, with no host -> device copy."""
+    key = (tuple(x.data_ptr() for x in xs), tuple(x.numel() for x in xs), xs[0].device)
+    hit = _MANY_TABLES.get(key)
+    if hit is not None:
+        return hit
+    T = len(xs)
+    t_pad = max(2, triton.next_power_of_2(T))
+    first, out, programs, total = [], [], 0, 0
+    for x in xs:
+        first.append(programs)
+        out.append(total)
+        programs += triton.cdiv(x.numel(), block)
+        total += x.numel()
+    big = 2 ** 62
+    rows = [list(key[0]) + [0] * (t_pad - T), list(key[1]) + [0] * (t_pad - T), first + [big] * (t_pad - T),
+            out + [0] * (t_pad - T)]
+    host = torch.tensor(rows, dtype=torch.int64).reshape(-1)
+    if xs[0].is_cuda:
+        host = host.pin_memory()
+    table = host.to(xs[0].device, non_blocking=True)  # the pinned copy stays referenced until the entry goes
+    if len(_MANY_TABLES) >= _MANY_TABLES_MAX:
+        _MANY_TABLES.pop(next(iter(_MANY_TABLES)))
+    _MANY_TABLES[key] = hit = (table, host, programs, total, t_pad)
+    return hit
+
+
+def to_float8_tensorwise_many_triton(xs, scales: torch.Tensor, float8_dtype=torch.float8_e4m3fn,
+                                     hw_cast=None) -> list:
+    """xs: contiguous tensors of one dtype and device (any shapes), scales fp32 [len(xs)] -> [to_float8(x,
+    scales[i], dtype)], ONE launch for all, the outputs views into one flat buffer. For FSDP2's float8 all-gather:
+    a block's tensorwise weight shards cast together, one Python launch instead of one per weight."""
+    x0 = xs[0]
+    if not (x0.is_cuda or _INTERPRET):
+        raise RuntimeError(f"to_float8_tensorwise_many: tensors on {x0.device}; the Triton kernel needs CUDA tensors, "
+                           f"or TRITON_INTERPRET=1 set before kernels.float8_cast.triton is imported")
+    hw = default_hw_cast(x0.device) if hw_cast is None else hw_cast
+    block, warps = _INTERP_CAST if _INTERPRET else _CAST
+    kin = [_as_kernel_input(x) for x in xs]
+    is_bf16 = kin[0][1]
+    table, _, programs, total, t_pad = _many_table([k for k, _ in kin], block)
+    q = torch.empty(total, dtype=torch.uint8, device=x0.device)
+    if programs:
+        _cast_many_kernel[(programs,)](table, scales, q, T=len(xs), T_PAD=t_pad, X_DTYPE=_TL_DTYPE[kin[0][0].dtype],
+                                       BLOCK=block, E5M2=float8_dtype == torch.float8_e5m2, HW_CAST=hw,
+                                       IS_BF16=is_bf16, num_warps=warps)
+    q = q.view(float8_dtype)
+    outs, at = [], 0
+    for x in xs:
+        outs.append(q[at:at + x.numel()].view(x.shape))
+        at += x.numel()
+    return outs
+
+
 # Launch configs, from a sweep on an H100 (bf16 x at the llama_moe linear shapes; see benchmarks/float8_cast.py
 # for the measured bandwidth). Fixed rather than autotuned so that torch.compile can trace the launch into its
 # generated code (torch.library.triton_op): no Python launcher, no dispatcher, per call.

@@ -4,6 +4,7 @@ share them (the 2-core CI is slow to start distributed processes)."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -126,3 +127,31 @@ def one_rank(tmp_root: str, ac_mode: str = "none") -> str:
     with open(os.path.join(dump, "stdout.txt"), "w") as f:
         f.write(proc.stdout)
     return dump
+
+
+@contextlib.contextmanager
+def parallelized_debug_model(overrides: list[str]):
+    """The debug_moe model (on the meta device, float8-converted per the overrides) after parallelize on a
+    one-rank gloo group, in this process: what parallelize does to the modules, with no training. Yields
+    the model."""
+    import dataclasses
+
+    import torch
+    import torch.distributed as dist
+
+    from titan_fp8.config import load_config
+    from titan_fp8.float8 import Float8Config, convert_to_float8_training
+    from titan_fp8.models.llama_moe import Transformer
+    from titan_fp8.parallel import build_mesh, parallelize
+    cfg = load_config("train_configs/debug_moe.toml", list(overrides), world_size=1)
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        with torch.device("meta"):
+            model = Transformer(cfg.model_args())
+        if cfg.float8.enable:
+            convert_to_float8_training(model, Float8Config(**{f.name: getattr(cfg.float8, f.name)
+                                                              for f in dataclasses.fields(cfg.float8)
+                                                              if f.name != "enable"}))
+        yield parallelize(model, cfg, build_mesh(cfg, "cpu", 1))
+    finally:
+        dist.destroy_process_group()

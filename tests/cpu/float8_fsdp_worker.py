@@ -79,7 +79,7 @@ class Counter:
             setattr(dist, name, fn)
 
 
-def build(config, fsdp: bool, param_dtype=None, force_tiny=True):
+def build(config, fsdp: bool, param_dtype=None, force_tiny=True, batched=False):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
@@ -100,6 +100,9 @@ def build(config, fsdp: bool, param_dtype=None, force_tiny=True):
         mp = MixedPrecisionPolicy(param_dtype=param_dtype) if param_dtype else MixedPrecisionPolicy()
         for b in m.layers:
             fully_shard(b, mesh=mesh, mp_policy=mp)
+            if batched:  # what parallelize does: one cast launch per block all-gather
+                from titan_fp8.float8 import batch_tensorwise_casts
+                assert batch_tensorwise_casts(b) == 2
         fully_shard(m, mesh=mesh, mp_policy=mp)
     return m
 
@@ -114,10 +117,11 @@ def batch(step):
 
 
 def train(config, fsdp=True, precompute=False, steps=STEPS, param_dtype=None, skip_precompute_at=(),
-          fused=False, record_weights=False):
+          fused=False, record_weights=False, batched=False):
     from titan_fp8.float8 import Float8Linear, precompute_float8_dynamic_scale_for_fsdp
 
-    m = build(config, fsdp, param_dtype, force_tiny=config is None or config.recipe_name == "tensorwise")
+    m = build(config, fsdp, param_dtype, force_tiny=config is None or config.recipe_name == "tensorwise",
+              batched=batched)
     opt = torch.optim.AdamW(m.parameters(), lr=1e-2, foreach=not fused, fused=fused)
     recorded = {}
     if record_weights:
@@ -266,6 +270,27 @@ def main(rank, world, init_file, out_dir):
     # a forgotten precompute after a FUSED optimizer step must not reuse the stale cast
     results["stale"] = train(ag_pre, precompute=True, steps=4, skip_precompute_at=(1,), fused=True)[0]
     results["stale_ref"] = train(no_ag, fsdp=False, steps=4, fused=True)[0]
+    # the blocks' weights cast by ONE launch per all-gather (parallelize's batch_tensorwise_casts): same losses,
+    # every block member's bytes from that launch, the unbatched `tiny` cast alone
+    from titan_fp8.float8 import cast_batch, weights
+    calls = {"many": 0, "alone": 0}
+    many, alone = cast_batch.to_float8_tensorwise_many, weights.to_float8_fused
+
+    def counting_many(xs, *a, **k):
+        calls["many"] += 1
+        return many(xs, *a, **k)
+
+    def counting_alone(x, *a, **k):
+        calls["alone"] += 1
+        return alone(x, *a, **k)
+    cast_batch.to_float8_tensorwise_many, weights.to_float8_fused = counting_many, counting_alone
+    try:
+        results["batched"] = train(ag_pre, precompute=True, batched=True)[0]
+        results["batched_calls"] = dict(calls)
+        results["batched_stale"] = train(ag_pre, precompute=True, steps=4, skip_precompute_at=(1,), fused=True,
+                                         batched=True)[0]
+    finally:
+        cast_batch.to_float8_tensorwise_many, weights.to_float8_fused = many, alone
     # checkpoints
     ck = os.path.join(out_dir, "dcp")
     results["dcp"] = dcp_roundtrip(ag_pre, ck)

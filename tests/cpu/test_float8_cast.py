@@ -145,3 +145,43 @@ def test_bad_input_is_named():
         fc.to_float8_with_transpose(torch.zeros(4, 8), torch.ones(()), torch.bfloat16)
     with pytest.raises(ValueError, match="backend"):
         fc.to_float8_rowwise(torch.zeros(4, 8), backend="cuda")
+
+
+@pytest.mark.parametrize("f8", [E4M3, E5M2])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_triton_tensorwise_many_equals_one_cast_each(f8, dtype):
+    """One launch over several tensors (a block's weight shards in FSDP2's all-gather) equals to_float8 of each
+    with its own scale, bit for bit: uneven sizes (partial blocks, a tensor smaller than one block, an empty
+    one), zeros, subnormals, huge and infinite values; scales from the amax, saturating, and NaN (a NaN element
+    counted in its amax). A second call with the same tensors reuses the launch table and sees new values."""
+    g = torch.Generator().manual_seed(7)
+    shapes = [(37, 41), (129,), (0, 5), (3, 7, 11), (2,)]
+    xs = [torch.randn(*s, generator=g) * (10.0 ** (6 * i - 12)) for i, s in enumerate(shapes)]
+    xs[0].view(-1)[:6] = torch.tensor([0.0, -0.0, 1e-40, 3e38, float("inf"), -float("inf")])
+    xs[3].view(-1)[5] = float("nan")
+    xs = [x.to(dtype) for x in xs]
+    amax = [x.float().abs().nan_to_num(float("inf")).max() if x.numel() else torch.tensor(0.0) for x in xs]
+    scales = torch.stack([fc.amax_to_scale(a, f8) for a in amax])
+    scales[1] = 1e6  # saturating
+    for _ in range(2):
+        got = fc.to_float8_tensorwise_many(xs, scales, f8, backend="triton")
+        assert [t.shape for t in got] == [x.shape for x in xs] and all(t.dtype == f8 for t in got)
+        for i, (t, x) in enumerate(zip(got, xs)):
+            assert same_bits(t, fc.to_float8(x, scales[i], f8)), i
+        assert bool(got[3].float().isnan().all())  # the NaN tensor's scale is NaN: all of it NaN
+        assert got[0].untyped_storage().data_ptr() == got[4].untyped_storage().data_ptr()  # one buffer
+        xs[4].mul_(-3)
+    ref = fc.to_float8_tensorwise_many(xs, scales, f8, backend="reference")
+    assert all(same_bits(a, fc.to_float8(x, scales[i], f8)) for i, (a, x) in enumerate(zip(ref, xs)))
+
+
+def test_tensorwise_many_bad_input_is_named():
+    x = torch.randn(4, 4)
+    with pytest.raises(ValueError, match="non-empty list"):
+        fc.to_float8_tensorwise_many([], torch.ones(0))
+    with pytest.raises(ValueError, match="one dtype and device"):
+        fc.to_float8_tensorwise_many([x, x.bfloat16()], torch.ones(2))
+    with pytest.raises(ValueError, match=r"scales must be fp32 \[2\]"):
+        fc.to_float8_tensorwise_many([x, x], torch.ones(3))
+    with pytest.raises(ValueError, match="high-precision"):
+        fc.to_float8_tensorwise_many([x.to(E4M3)], torch.ones(1))

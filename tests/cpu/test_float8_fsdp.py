@@ -68,6 +68,80 @@ def test_stale_precompute_after_fused_optimizer_falls_back_correctly(runs):
         assert r["stale"]["per_step_max_allreduce"] == [1, 0, 2, 1]
 
 
+def test_block_weights_cast_by_one_launch_per_all_gather_same_losses(runs):
+    """batch_tensorwise_casts (parallelize calls it per block): each block all-gather (forward, and backward's
+    regather: 2 blocks x 2 x 10 steps) casts the block's 2 tensorwise weights with ONE launch; only the root's
+    `tiny` weight is cast alone. Losses equal the unbatched run's bit for bit, also after a stale precompute."""
+    for r in runs:
+        assert r["batched"]["losses"] == r["pre"]["losses"]
+        assert r["batched"]["per_step_max_allreduce"] == r["pre"]["per_step_max_allreduce"]
+        assert r["batched_calls"]["many"] == 2 * 2 * 10
+        assert r["batched_calls"]["alone"] <= 2 * 10  # tiny's gathers; the 4 block weights would add 80
+        assert r["batched_stale"]["losses"] == r["stale"]["losses"]
+
+
+def test_cast_batch_takes_only_bytes_of_the_same_weight_version_and_generation():
+    """TensorwiseCastBatch: the first member's call casts every member with one launch; another member's call
+    takes its bytes only while its shard, version and optimizer generation are those they were cast from:
+    an in-place edit or an optimizer step makes it cast again, with the new values and scales."""
+    import dataclasses
+
+    from kernels.float8_cast import to_float8
+    from titan_fp8.float8.config import Float8Config
+    from titan_fp8.float8.weights import (_OPTIMIZER_GENERATION, Float8TrainingWeight, ScaleCache,
+                                          batch_tensorwise_casts)
+    from titan_fp8.float8.scaling import tensorwise_scale
+    f8 = torch.float8_e4m3fn
+    cfg = Float8Config(enable_fsdp_float8_all_gather=True, emulate=True)
+    g = torch.Generator().manual_seed(3)
+    mods = [torch.nn.Linear(8, n, bias=False) for n in (16, 24, 8)]
+    block = torch.nn.Sequential(*mods)
+    for m in mods:
+        m.weight = torch.nn.Parameter(Float8TrainingWeight(torch.randn(m.weight.shape, generator=g), cfg))
+
+    def refresh_scales():
+        for m in mods:
+            m._float8_scale_cache = ScaleCache(tensorwise_scale(m.weight._tensor, f8), _OPTIMIZER_GENERATION[0])
+    refresh_scales()
+    # (a plain nn.Parameter is not a DTensor: _local_tensor falls back to the weight itself)
+    many = []
+    from titan_fp8.float8 import cast_batch
+    orig = cast_batch.to_float8_tensorwise_many
+    cast_batch.to_float8_tensorwise_many = lambda xs, s, d: many.append(1) or orig(xs, s, d, backend="reference")
+    try:
+        assert batch_tensorwise_casts(block) == 3
+        batch = mods[0]._float8_cast_batch
+
+        def take(i):
+            shard = mods[i].weight._tensor
+            got = batch.take(mods[i], shard, _OPTIMIZER_GENERATION[0], f8)
+            want = to_float8(shard, mods[i]._float8_scale_cache.scale, f8)
+            assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), i
+        take(0), take(1), take(2)
+        assert len(many) == 1  # members 1 and 2 took what member 0's call cast
+        take(1)  # nothing left for it: casts all again
+        assert len(many) == 2
+        with torch.no_grad():
+            mods[2].weight._tensor.mul_(-3)  # edited in place after its bytes were cast (version bump)
+        refresh_scales()
+        take(2)  # must not take the bytes cast before the edit
+        assert len(many) == 3
+        _OPTIMIZER_GENERATION[0] += 1  # an optimizer step: new weights' scales
+        with torch.no_grad():
+            for m in mods:
+                m.weight._tensor.add_(1.0)
+        refresh_scales()
+        take(0), take(1)
+        assert len(many) == 4
+        other = torch.nn.Linear(8, 8, bias=False)
+        assert batch.take(other, other.weight.detach(), _OPTIMIZER_GENERATION[0], f8) is None  # not a member
+        assert batch.take(mods[0], torch.zeros(16, 8), _OPTIMIZER_GENERATION[0], f8) is None  # another storage
+        mods[1]._float8_scale_cache = dataclasses.replace(mods[1]._float8_scale_cache, generation=-1)
+        assert batch.take(mods[0], mods[0].weight._tensor, _OPTIMIZER_GENERATION[0], f8) is None  # stale scale
+    finally:
+        cast_batch.to_float8_tensorwise_many = orig
+
+
 def test_dcp_round_trip_resumes_exactly(runs):
     for r in runs:
         assert r["dcp"]["state_dict_local_types"] == ["Tensor"]  # checkpoints hold plain high precision
@@ -122,3 +196,19 @@ def test_pre_all_gather_hook_signature_is_precomputed():
             hook.__signature__ = del_sig
         bound = cls.__new__(cls, torch.zeros(2, 2), None).fsdp_pre_all_gather
         assert list(inspect.signature(bound).parameters) == ["mesh", "outer_size", "outer_stride", "module", "mp_policy"]
+
+
+def test_parallelize_batches_each_blocks_tensorwise_weight_casts():
+    """parallelize groups every block's tensorwise float8-all-gather weights into one TensorwiseCastBatch (one
+    cast launch per block all-gather); weights outside the blocks (none are float8 by default) stay alone."""
+    from tests.cpu._train_runs import parallelized_debug_model
+    from titan_fp8.float8 import Float8Linear
+    with parallelized_debug_model(["--float8.enable=true", "--float8.recipe_name=tensorwise",
+                                   "--float8.enable_fsdp_float8_all_gather=true", "--float8.emulate=true",
+                                   "--compile.enable=false"]) as model:
+        for block in model.layers.values():
+            linears = [m for m in block.modules() if isinstance(m, Float8Linear)]
+            assert len(linears) >= 2
+            batch = linears[0]._float8_cast_batch
+            assert all(m._float8_cast_batch is batch for m in linears) and len(batch) == len(linears)
+        assert not hasattr(model.output, "_float8_cast_batch")

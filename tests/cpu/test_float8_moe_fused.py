@@ -383,29 +383,12 @@ def test_prepare_backend_loads_cutlass_only_where_it_will_run(monkeypatch):
 
 
 def test_parallelize_prepares_the_expert_backends_before_compiling(monkeypatch):
-    import dataclasses
-
-    import torch.distributed as dist
-
-    from titan_fp8.config import load_config
-    from titan_fp8.float8 import Float8Config, convert_to_float8_training
+    from tests.cpu._train_runs import parallelized_debug_model
     from titan_fp8.float8.experts import Float8GroupedExperts
-    from titan_fp8.models.llama_moe import Transformer
-    from titan_fp8.parallel import build_mesh, parallelize
     seen = []
     monkeypatch.setattr(Float8GroupedExperts, "prepare_backend", lambda self, device: seen.append(str(device)))
-    cfg = load_config("train_configs/debug_moe.toml", ["--float8.enable=true", "--float8.moe_recipe_name=mxfp8",
-                                                       "--float8.moe_granularity=mx32_plain", "--float8.emulate=true",
-                                                       "--compile.enable=true"], world_size=1)
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        with torch.device("meta"):
-            model = Transformer(cfg.model_args())
-        convert_to_float8_training(model, Float8Config(**{f.name: getattr(cfg.float8, f.name)
-                                                          for f in dataclasses.fields(cfg.float8) if f.name != "enable"}))
+    with parallelized_debug_model(["--float8.enable=true", "--float8.moe_recipe_name=mxfp8",
+                                   "--float8.moe_granularity=mx32_plain", "--float8.emulate=true",
+                                   "--compile.enable=true"]) as model:
         n = sum(isinstance(m, Float8GroupedExperts) for m in model.modules())
-        assert n > 0
-        parallelize(model, cfg, build_mesh(cfg, "cpu", 1))
-        assert seen == ["cpu"] * n
-    finally:
-        dist.destroy_process_group()
+        assert n > 0 and seen == ["cpu"] * n

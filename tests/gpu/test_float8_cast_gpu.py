@@ -98,3 +98,25 @@ def test_tensorwise_cast_equals_reference(f8, dtype, shape):
         got = fc.to_float8_tensorwise(x, s, f8)
         want = fc.to_float8(x, s, f8)
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), (f8, dtype, shape, float(s))
+
+
+@pytest.mark.parametrize("f8", [torch.float8_e4m3fn, torch.float8_e5m2])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_tensorwise_many_equals_one_cast_each(f8, dtype):
+    """One launch for a llama_moe block's tensorwise weight shards over 2 ranks (wq, wk, wv, wo, shared w1, w3, w2)
+    plus odd sizes: each tensor bit for bit to_float8 with its own scale (from the amax, saturating, NaN), and a
+    second call on the same storage (the cached launch table) sees the new values."""
+    shapes = [(2048, 4096), (512, 4096), (512, 4096), (2048, 4096), (1408, 4096), (1408, 4096), (2048, 2816),
+              (3, 1000, 77), (5,)]
+    xs = [special(s[0] * (s[1] if len(s) == 3 else 1), s[-1], dtype, seed=i).reshape(s) if len(s) > 1
+          else torch.randn(s, device="cuda", dtype=dtype) for i, s in enumerate(shapes)]
+    xs = [torch.where(x.isnan(), torch.zeros_like(x), x) for x in xs]
+    scales = torch.stack([fc.amax_to_scale(x.float().abs().nan_to_num(0, 0, 0).amax(), f8) for x in xs])
+    scales[1], scales[2] = 1e6, float("nan")
+    for _ in range(2):
+        got = fc.to_float8_tensorwise_many(xs, scales, f8)
+        for i, (t, x) in enumerate(zip(got, xs)):
+            want = fc.to_float8(x, scales[i], f8)
+            assert t.shape == x.shape and torch.equal(t.view(torch.uint8), want.view(torch.uint8)), (i, f8, dtype)
+        for x in xs:
+            x.mul_(-0.5)

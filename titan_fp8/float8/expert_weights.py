@@ -65,7 +65,7 @@ from kernels.mxfp8.reference import _quantize_blocks, e8m0_to_fp32
 
 from .config import E4M3, Float8Config
 from .gathered import Float8GatheredWeight, tile_scales_along_k
-from .scaling import amax_to_scale, to_float8
+from .scaling import amax_to_scale, eager_warps, to_float8
 from .weights import (
     _OPTIMIZER_GENERATION,
     Float8TrainingWeight,
@@ -227,8 +227,12 @@ def quantize_whole(w: Tensor, moe_recipe: str, backend: str = "auto") -> tuple[T
         raise ValueError(f"quantize_whole: backend={backend!r}; allowed: 'auto', 'triton', 'reference'")
     triton = backend == "triton" or (backend == "auto" and w.is_cuda)
     if moe_recipe == "mxfp8" and triton and w.numel():
-        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-        data, scale = to_mxfp8_blocked_rowcol(w, row_block=WEIGHT_TILE, row_tile=WEIGHT_TILE, do_col=False)[:2]
+        from kernels.grouped_gemm.quant_triton import BLOCKWISE_NUM_WARPS, to_mxfp8_blocked_rowcol
+
+        # a fixed launch, not the autotuner's: this runs in FSDP2's all-gather hook, where the autotuner's
+        # Python per call is step time (host-bound at 2 GPUs)
+        data, scale = to_mxfp8_blocked_rowcol(w, row_block=WEIGHT_TILE, row_tile=WEIGHT_TILE, do_col=False,
+                                              num_warps=eager_warps(BLOCKWISE_NUM_WARPS))[:2]
         return data, scale[:, ::WEIGHT_TILE, ::WEIGHT_TILE // MX_BLOCK].contiguous()
     origin = (0, 0, 0)
     amax = local_group_amax(w, origin, w.shape, moe_recipe)

@@ -96,13 +96,22 @@ def mx_quantize_weight(w: torch.Tensor):
     return data, scale_k
 
 
+def eager_warps(num_warps: int):
+    """A fixed launch config for an eager quantizer call (FSDP2's hooks: no autotuner Python per call); None
+    under torch.compile, which traces the quantizer's custom op instead of a raw launch."""
+    return None if torch.compiler.is_compiling() else num_warps
+
+
 def mx_quantize_weight_tiles(w: torch.Tensor, tile: int):
     """Weight [N, K] -> (data, scale_k [N, K/32]): MXFP8 with one E8M0 scale per tile x tile square (N, K
     multiples of tile), written into each 1x32 block it covers (so (data, scale_k) decodes as plain MXFP8).
     One read on CUDA (kernels.grouped_gemm.quant_triton), the bit-identical plain PyTorch rule elsewhere."""
     if w.is_cuda:
-        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-        data, scale_k, _, _ = to_mxfp8_blocked_rowcol(w, row_block=tile, row_tile=tile, do_col=False)
+        from kernels.grouped_gemm.quant_triton import BLOCKWISE_NUM_WARPS, to_mxfp8_blocked_rowcol
+
+        # fixed launch, no autotuner: FSDP2's all-gather hook calls this per weight, and its host time is step time
+        data, scale_k, _, _ = to_mxfp8_blocked_rowcol(w, row_block=tile, row_tile=tile, do_col=False,
+                                                      num_warps=eager_warps(BLOCKWISE_NUM_WARPS))
         return data, scale_k
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
     return to_mxfp8_blocked(w, -1, tile, tile)

@@ -41,6 +41,7 @@ import torch.utils._pytree as pytree
 from torch._prims_common import suggest_memory_format
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from .cast_batch import TensorwiseCastBatch
 from .config import E4M3, Float8Config
 from .gathered import Float8GatheredWeight
 from .scaling import amax_to_scale, mx_quantize_weight, mx_quantize_weight_tiles, to_float8_fused
@@ -234,7 +235,11 @@ class Float8TrainingWeight(torch.Tensor):
             warn_stale_precompute(self._config)
             compute_scales(group_entries(module))
             cache = module._float8_scale_cache
-        return to_float8_fused(self._tensor, cache.scale, E4M3), cache.scale
+        batch = getattr(module, "_float8_cast_batch", None)
+        data = batch.take(module, self._tensor, cache.generation, E4M3) if batch is not None else None
+        if data is None:
+            data = to_float8_fused(self._tensor, cache.scale, E4M3)
+        return data, cache.scale
 
     def _pre_all_gather_mxfp8(self, outer_size, world):
         rows, tile = outer_size[0], self._config.linear_dim_multiple
@@ -295,6 +300,41 @@ def precompute_hook_signature(cls) -> None:
 
 
 precompute_hook_signature(Float8TrainingWeight)
+
+
+def _tensorwise_shard_of(module) -> Optional[torch.Tensor]:
+    local = getattr(module.weight, "_local_tensor", module.weight)
+    return local._tensor if type(local) is Float8TrainingWeight else None
+
+
+def _valid_scale_of(module) -> Optional[ScaleCache]:
+    cache = getattr(module, "_float8_scale_cache", None)
+    return cache if cache is not None and cache.valid() else None
+
+
+def batch_tensorwise_casts(unit: nn.Module) -> int:
+    """Let the first pre-all-gather hook of FSDP unit `unit` (a fully_shard'ed block) cast all of the unit's
+    tensorwise float8-all-gather weights with ONE launch (cast_batch.py). Call after fully_shard; returns how
+    many weights were grouped (0 or >= 2). Weights of FSDP units nested inside `unit` are left out: they are
+    gathered at other times."""
+    from torch.distributed.fsdp import FSDPModule
+
+    members, stack = [], [unit]
+    while stack:
+        mod = stack.pop()
+        w = mod._parameters.get("weight")
+        local = getattr(w, "_local_tensor", w)
+        if (type(local) is Float8TrainingWeight and local._config.recipe_name == "tensorwise"
+                and local._config.enable_fsdp_float8_all_gather and local._tensor.numel() > 0):
+            members.append(mod)
+        stack.extend(c for c in reversed(list(mod.children())) if not isinstance(c, FSDPModule))
+    if len(members) < 2 or len({(_tensorwise_shard_of(m).dtype, _tensorwise_shard_of(m).device)
+                                for m in members}) != 1:
+        return 0
+    batch = TensorwiseCastBatch(members, _tensorwise_shard_of, _valid_scale_of)
+    for m in members:
+        m._float8_cast_batch = batch
+    return len(members)
 
 
 class _OneRank:
