@@ -11,6 +11,7 @@
 #     run(command="bash benchmarks/e2e_x2_device_run.sh speed", carry=[".whl"], timeout_s=600)
 # Whatever happens, the call ends inside X2_BUDGET seconds (default 560) with everything packed into
 # $OUT/e2e_x2.tgz and the log in $OUT/e2e_x2.log: session 9's first call ran past its limit and returned nothing.
+# X2_STEPS (default 25): steps per run.
 set -u
 PART=${1:-speed}
 BUDGET=${X2_BUDGET:-560}
@@ -21,7 +22,7 @@ LOG=$OUT/e2e_x2.log
 pack() { (cd outputs && tar czf "$OUT/e2e_x2.tgz" --exclude="*.pt" e2e_x2 2>/dev/null); }
 trap pack EXIT
 case $PART in
-  speed) P="profiling.enable_profiling=true,profiling.profile_freq=25"  # the last step, left out of the median
+  speed) P="profiling.enable_profiling=true,profiling.profile_freq=${X2_STEPS:-25}"  # the last step: not in the median
          R="bf16,tensorwise,tensorwise_mx128_experts,mxfp8_mx128_linears,bf16_b:bf16,tw_mx128_b:tensorwise_mx128_experts,$P" ;;
   ctas) R="tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8" ;;
   ep) R="bf16,tensorwise_fp8_rowwise_experts,ep2_tw_rw:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,ep2_tw_rw_f8d:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,dispatch_dtype=float8,ep2_bf16:bf16,parallelism.expert_parallel_degree=2" ;;
@@ -42,8 +43,15 @@ if [ -n "${X2_TESTS:-}" ]; then
 fi
 LEFT=$((BUDGET - SECONDS - 25))
 echo "compare: $LEFT s left for the runs"
-timeout $LEFT python3 launch/compare.py --config train_configs/llama_moe.toml --nproc 2 --steps 25 \
+# SM clock, power and temperature of both GPUs every 500 ms while the runs go (outputs/e2e_x2/gpu_clocks.csv):
+# float8 runs vary more from step to step than bf16, and clocks are one suspect
+mkdir -p outputs/e2e_x2
+nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu \
+    --format=csv,noheader -lms 500 >> outputs/e2e_x2/gpu_clocks.csv 2>/dev/null &
+SMI=$!
+timeout $LEFT python3 launch/compare.py --config train_configs/llama_moe.toml --nproc 2 --steps ${X2_STEPS:-25} \
     --job.dump_folder=outputs/e2e_x2 --reuse --recipes "$R" 2>&1 | grep -v Warning
+kill $SMI 2>/dev/null
 for t in outputs/e2e_x2/*/profile_traces/iteration_*/rank0_trace.json; do
   [ -f "$t" ] || continue
   run=${t#outputs/e2e_x2/}; run=${run%%/*}
