@@ -10,8 +10,10 @@ mkdir -p "$OUT" outputs
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm --format=csv,noheader
-MAX_JOBS=16 timeout 300 python3 -m pytest -q -x -p no:cacheprovider tests/gpu/test_float8_mxfp8_gathered_gpu.py \
-    tests/gpu/test_grouped_gemm_cutlass_gpu.py > "$OUT/gpu_tests.log" 2>&1
+# HP_TESTS: the GPU tests to run first (default: the gathered MXFP8 weights and the CUTLASS grouped GEMMs)
+MAX_JOBS=16 timeout ${HP_TESTS_TIMEOUT:-300} python3 -m pytest -q -x -p no:cacheprovider \
+    ${HP_TESTS:-tests/gpu/test_float8_mxfp8_gathered_gpu.py tests/gpu/test_grouped_gemm_cutlass_gpu.py} \
+    > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests: rc $? ($(tail -1 "$OUT/gpu_tests.log"))"
 TW="--float8.enable=true --float8.recipe_name=tensorwise --float8.enable_fsdp_float8_all_gather=true --float8.precompute_float8_dynamic_scale_for_fsdp=true --float8.moe_recipe_name=mxfp8 --float8.moe_granularity=mx128"
 MX="--float8.enable=true --float8.recipe_name=mxfp8 --float8.linear_granularity=mx128 --float8.enable_fsdp_float8_all_gather=true --float8.moe_recipe_name=mxfp8 --float8.moe_granularity=mx128"

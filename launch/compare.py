@@ -52,6 +52,8 @@ DEFINITIONS = {
     "within_tolerance": f"|rel_diff| <= max({TOLERANCE_REL}, baseline_seed_diff), train and validation",
     "warmup_steps": "max(1, min(10, final_step // 5)); throughput medians use the logged steps after it",
     "tps_per_gpu_median": "median of tps_per_gpu over non-skipped, non-profiled logged steps after the warm-up",
+    "tps_per_gpu_p10 / _p90": "10th / 90th percentile (nearest rank) of the same steps' tps_per_gpu: the "
+                              "step-to-step spread, shown as 'steps p10-p90' in thousands",
     "speedup_vs_baseline": "tps_per_gpu_median / baseline's tps_per_gpu_median",
     "mfu_median": "median MFU (active-parameter FLOPs vs the GPU's bf16 dense peak, also for float8)",
     "peak_memory_gib": "max over logged steps of torch.cuda.max_memory_allocated (GiB)",
@@ -343,6 +345,14 @@ def _median(values: list) -> Optional[float]:
     return statistics.median(values) if values and all(_finite(v) for v in values) else None
 
 
+def _percentile(values: list, q: float) -> Optional[float]:
+    """Nearest-rank percentile q in [0, 1]; None if any value is missing or not finite."""
+    if not values or not all(_finite(v) for v in values):
+        return None
+    ordered = sorted(values)
+    return ordered[round(q * (len(ordered) - 1))]
+
+
 def run_stats(records: list[dict]) -> dict:
     final_step = records[-1]["step"]
     tail_from = final_step - max(1, final_step // 10)
@@ -361,6 +371,8 @@ def run_stats(records: list[dict]) -> dict:
         "val_step": vals[-1]["step"] if vals else None,
         "warmup_steps": warmup,
         "tps_per_gpu_median": _median([r["tps_per_gpu"] for r in timed]),
+        "tps_per_gpu_p10": _percentile([r["tps_per_gpu"] for r in timed], 0.1),
+        "tps_per_gpu_p90": _percentile([r["tps_per_gpu"] for r in timed], 0.9),
         "tflops_per_gpu_median": _median([r["tflops_per_gpu"] for r in timed]),
         "mfu_median": _median([r["mfu"] for r in timed]),
         "peak_memory_gib": max(mems) if mems else None,
@@ -370,7 +382,7 @@ def run_stats(records: list[dict]) -> dict:
 
 NUMBERS = [  # every run's entry has these keys (None for a failed run: its partial numbers mean nothing)
     "final_step", "final_train_loss", "last10_mean_train_loss", "last10_steps", "val_loss", "val_step",
-    "warmup_steps", "tps_per_gpu_median", "tflops_per_gpu_median", "mfu_median", "peak_memory_gib",
+    "warmup_steps", "tps_per_gpu_median", "tps_per_gpu_p10", "tps_per_gpu_p90", "tflops_per_gpu_median", "mfu_median", "peak_memory_gib",
     "peak_memory_reserved_gib", "rel_diff_train_vs_baseline", "rel_diff_val_vs_baseline", "tolerance_train",
     "tolerance_val", "within_tolerance", "speedup_vs_baseline",
 ]
@@ -471,6 +483,7 @@ COLUMNS = [  # header, key, format
     ("last-10% mean", "last10_mean_train_loss", ".4f"), ("vs base", "rel_diff_train_vs_baseline", "pct"),
     ("val loss", "val_loss", ".4f"), ("val vs base", "rel_diff_val_vs_baseline", "pct"),
     ("within tol", "within_tolerance", None), ("tokens/s/GPU", "tps_per_gpu_median", ".0f"),
+    ("steps p10-p90", "tps_per_gpu_p10", "krange"),
     ("speedup", "speedup_vs_baseline", ".3f"), ("peak GiB", "peak_memory_gib", ".2f"), ("MFU", "mfu_median", ".3f"),
 ]
 
@@ -481,6 +494,10 @@ def table_rows(summary: dict) -> list[list[str]]:
         row = [name]
         for _, key, spec in COLUMNS[1:]:
             v = e.get(key)
+            if spec == "krange":  # tps_per_gpu_p10 - tps_per_gpu_p90, in thousands
+                hi = e.get("tps_per_gpu_p90")
+                row.append("n/a" if v is None or hi is None else f"{v / 1e3:.1f}-{hi / 1e3:.1f}k")
+                continue
             row.append(_fmt(v, pct=True) if spec == "pct" else _fmt(v, spec) if spec else
                        ("n/a" if v is None else str(v)))
         rows.append(row)

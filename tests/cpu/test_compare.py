@@ -87,6 +87,9 @@ def test_summary_numbers_equal_those_from_metrics_jsonl(compared):
         mine[name] = {"final_train_loss": recs[-1]["loss"], "last10_mean_train_loss": statistics.fmean(tail),
                       "val_loss": val[-1]["val_loss"], "val_step": STEPS, "warmup_steps": warm,
                       "tps_per_gpu_median": statistics.median(r["tps_per_gpu"] for r in timed),
+                      # 4 timed steps: the nearest-rank 10th / 90th percentiles are the slowest / fastest
+                      "tps_per_gpu_p10": min(r["tps_per_gpu"] for r in timed),
+                      "tps_per_gpu_p90": max(r["tps_per_gpu"] for r in timed),
                       "peak_memory_gib": None, "mfu_median": None}
     base = mine["bf16"]
     seed_diff = {k: abs(mine["bf16-seed43"][k] - base[k]) / base[k] for k in ("last10_mean_train_loss", "val_loss")}
@@ -222,3 +225,15 @@ def test_every_preset_is_a_valid_float8_section(name):
     cfg = load_config(DEBUG_TOML, [*recipe.overrides(), "--float8.emulate=true"], world_size=2)
     for key, value in PRESETS[name].items():
         assert getattr(cfg.float8, key) == value, key
+
+
+def test_step_spread_percentiles_and_column():
+    """The step-to-step spread beside the median: nearest-rank 10th / 90th percentiles of the timed steps,
+    shown in thousands; missing or non-finite values give none."""
+    import launch.compare as compare
+    vals = [float(v) for v in range(100, 121)]  # 21 steps: 10% and 90% fall on ranks 2 and 18
+    assert compare._percentile(vals[::-1], 0.1) == 102.0 and compare._percentile(vals, 0.9) == 118.0
+    assert compare._percentile([], 0.1) is None and compare._percentile([1.0, float("nan")], 0.9) is None
+    row = compare.table_rows({"runs": {"r": {"tps_per_gpu_p10": 44210.0, "tps_per_gpu_p90": 55640.0}}})[0]
+    headers = [h for h, _, _ in compare.COLUMNS]
+    assert row[headers.index("steps p10-p90")] == "44.2-55.6k"
