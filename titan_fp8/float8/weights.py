@@ -3,8 +3,10 @@ already quantized.
 
 FSDP2 calls `fsdp_pre_all_gather` on each rank's shard and `fsdp_post_all_gather` on the gathered bytes:
 
-tensorwise  pre:  float8 e4m3 shard = saturate(shard * scale) with the REPLICATED scale, ONE fused kernel
-                  (read fp32/bf16, write fp8; no fp32 temporary). The scale comes from ONE all-reduce of every
+tensorwise  pre:  float8 e4m3 shard = saturate(shard * scale) with the REPLICATED scale, one fused pass
+                  (read fp32/bf16, write fp8; no fp32 temporary). Under `parallelize` the first hook of a block
+                  casts all of the block's tensorwise weights with ONE launch (cast_batch.py, batch_tensorwise_casts)
+                  and the others take their bytes. The scale comes from ONE all-reduce of every
                   float8 weight's AMAX in the model per optimizer step: made by
                   `precompute_float8_dynamic_scale_for_fsdp` after the step, or, without it, lazily by the first
                   pre-all-gather of the step (for all weights of the model at once). Only the 4-byte scale is
