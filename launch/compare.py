@@ -54,6 +54,8 @@ DEFINITIONS = {
     "tps_per_gpu_median": "median of tps_per_gpu over non-skipped, non-profiled logged steps after the warm-up",
     "tps_per_gpu_p10 / _p90": "10th / 90th percentile (nearest rank) of the same steps' tps_per_gpu: the "
                               "step-to-step spread, shown as 'steps p10-p90' in thousands",
+    "sync_wait_share_median": "median over the same steps of the share of a step the host waited for the GPU at "
+                              "the step's one sync (near 0: host-bound); None for runs logged before it existed",
     "speedup_vs_baseline": "tps_per_gpu_median / baseline's tps_per_gpu_median",
     "mfu_median": "median MFU (active-parameter FLOPs vs the GPU's bf16 dense peak, also for float8)",
     "peak_memory_gib": "max over logged steps of torch.cuda.max_memory_allocated (GiB)",
@@ -373,6 +375,7 @@ def run_stats(records: list[dict]) -> dict:
         "tps_per_gpu_median": _median([r["tps_per_gpu"] for r in timed]),
         "tps_per_gpu_p10": _percentile([r["tps_per_gpu"] for r in timed], 0.1),
         "tps_per_gpu_p90": _percentile([r["tps_per_gpu"] for r in timed], 0.9),
+        "sync_wait_share_median": _median([r.get("sync_wait_share") for r in timed]),
         "tflops_per_gpu_median": _median([r["tflops_per_gpu"] for r in timed]),
         "mfu_median": _median([r["mfu"] for r in timed]),
         "peak_memory_gib": max(mems) if mems else None,
@@ -382,7 +385,8 @@ def run_stats(records: list[dict]) -> dict:
 
 NUMBERS = [  # every run's entry has these keys (None for a failed run: its partial numbers mean nothing)
     "final_step", "final_train_loss", "last10_mean_train_loss", "last10_steps", "val_loss", "val_step",
-    "warmup_steps", "tps_per_gpu_median", "tps_per_gpu_p10", "tps_per_gpu_p90", "tflops_per_gpu_median", "mfu_median", "peak_memory_gib",
+    "warmup_steps", "tps_per_gpu_median", "tps_per_gpu_p10", "tps_per_gpu_p90", "sync_wait_share_median",
+    "tflops_per_gpu_median", "mfu_median", "peak_memory_gib",
     "peak_memory_reserved_gib", "rel_diff_train_vs_baseline", "rel_diff_val_vs_baseline", "tolerance_train",
     "tolerance_val", "within_tolerance", "speedup_vs_baseline",
 ]

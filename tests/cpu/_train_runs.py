@@ -29,7 +29,7 @@ TINY = [
 ]
 
 METRIC_KEYS = {"step", "loss", "grad_norm", "lr", "tps_per_gpu", "tflops_per_gpu", "mfu", "memory_gib",
-               "data_wait_share"}
+               "data_wait_share", "sync_wait_share"}
 
 
 def _env(env: dict | None) -> dict:

@@ -90,6 +90,7 @@ def test_summary_numbers_equal_those_from_metrics_jsonl(compared):
                       # 4 timed steps: the nearest-rank 10th / 90th percentiles are the slowest / fastest
                       "tps_per_gpu_p10": min(r["tps_per_gpu"] for r in timed),
                       "tps_per_gpu_p90": max(r["tps_per_gpu"] for r in timed),
+                      "sync_wait_share_median": statistics.median(r["sync_wait_share"] for r in timed),
                       "peak_memory_gib": None, "mfu_median": None}
     base = mine["bf16"]
     seed_diff = {k: abs(mine["bf16-seed43"][k] - base[k]) / base[k] for k in ("last10_mean_train_loss", "val_loss")}

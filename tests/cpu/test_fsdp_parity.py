@@ -40,6 +40,7 @@ def test_metrics_records_are_complete(runs):
         assert METRIC_KEYS <= set(rec), sorted(METRIC_KEYS - set(rec))
         assert rec["mfu"] is None and rec["memory_gib"] is None  # CPU: no peak known, no device memory
         assert rec["tps_per_gpu"] > 0 and math.isfinite(rec["loss"]) and 0 <= rec["data_wait_share"] <= 1
+        assert 0 <= rec["sync_wait_share"] < 1
     assert "summary: " in stdout
 
 

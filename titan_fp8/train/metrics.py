@@ -63,15 +63,19 @@ class MetricsLogger:
         self._window_start = time.perf_counter()
         self._window_steps = 0
         self._window_data_wait = 0.0
+        self._window_sync_wait = 0.0
 
     def header(self) -> str:
         peak = (f"MFU vs bf16 dense peak {self.peak_tflops} TFLOP/s of {self.device_name}"
                 if self.peak_tflops else f"MFU not reported (no bf16 peak known for {self.device_name})")
         return f"metrics: {peak}; FLOPs/token = {self.flops_per_token:.4g} (active parameters)"
 
-    def step_done(self, data_wait_s: float) -> None:
+    def step_done(self, data_wait_s: float, sync_wait_s: float = 0.0) -> None:
+        """sync_wait_s: how long the host waited for the GPU at the step's one sync. Near 0 the host was the
+        bottleneck (it issued work no faster than the GPU ran it); large, the GPU was."""
         self._window_steps += 1
         self._window_data_wait += data_wait_s
+        self._window_sync_wait += sync_wait_s
 
     def exclude(self, seconds: float) -> None:
         """Leave `seconds` of host time (a checkpoint save) out of the current window."""
@@ -81,6 +85,7 @@ class MetricsLogger:
         self._window_start = time.perf_counter()
         self._window_steps = 0
         self._window_data_wait = 0.0
+        self._window_sync_wait = 0.0
 
     def emit(self, step: int, total_steps: int, loss: float, grad_norm: float, lr: float,
              extra: Optional[dict] = None) -> dict:
@@ -105,6 +110,7 @@ class MetricsLogger:
             "memory_gib": mem,
             "memory_reserved_gib": mem_reserved,
             "data_wait_share": self._window_data_wait / elapsed,
+            "sync_wait_share": self._window_sync_wait / elapsed,
             "step_time_s": elapsed / steps,
             "window_steps": steps,
         }
@@ -119,7 +125,8 @@ class MetricsLogger:
             val_s = f"  val_loss {extra['val_loss']:.4f}" if extra and "val_loss" in extra else ""
             self.log(f"step {step:>5}/{total_steps}  loss {loss:8.4f}  grad_norm {grad_norm:8.4f}  lr {lr:.3e}  "
                      f"{tps_s}  mfu {mfu_s}  mem {mem_s}  "
-                     f"data_wait {100 * rec['data_wait_share']:.1f}%{val_s}")
+                     f"data_wait {100 * rec['data_wait_share']:.1f}%  sync_wait {100 * rec['sync_wait_share']:.0f}%"
+                     f"{val_s}")
             with open(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             if self._tb is not None:

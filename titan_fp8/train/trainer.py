@@ -227,8 +227,10 @@ def run(cfg: JobConfig, log=print) -> dict:
         bad[rank] = (~torch.isfinite(loss.detach())).float()
         stats = torch.cat([bad, torch.stack([ce_loss.detach(), aux_loss.detach().float(), grad_norm.float()])])
         dist.all_reduce(stats)
+        t_sync = time.perf_counter()
         with allow_sync(sync_debug):
             stats = stats.tolist()
+        sync_wait = time.perf_counter() - t_sync  # the host waiting for the GPU (metrics: sync_wait_share)
         bad_ranks = [r for r in range(world) if stats[r] != 0]
         loss_avg, aux_avg, gnorm = stats[world] / world, stats[world + 1] / world, stats[world + 2] / world
         nonfinite = bool(bad_ranks) or not math.isfinite(gnorm)
@@ -256,7 +258,7 @@ def run(cfg: JobConfig, log=print) -> dict:
                 profiler.end(step)
                 metrics.exclude(time.perf_counter() - t_step)
             else:
-                metrics.step_done(data_wait)
+                metrics.step_done(data_wait, sync_wait)
             if step == start_step + 1 and cfg.compile.enable:
                 from torch._dynamo.utils import counters
 
