@@ -84,18 +84,30 @@ def main(argv: list[str] | None = None) -> int:
     from titan_fp8.train.trainer import NonFiniteStepError, run
 
     comm_line = apply_comm_env(cfg)  # before the process group exists
+    affinity_line = None
     if torch.cuda.is_available():
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         torch.cuda.set_device(local_rank)
         backend, device_id = "nccl", torch.device("cuda", local_rank)
+        if cfg.comm.cpu_affinity == "gpu_numa_node":
+            from titan_fp8.train.affinity import AffinityError, bind_to_gpu_numa_node
+            try:
+                affinity_line = bind_to_gpu_numa_node(local_rank)
+            except AffinityError as e:
+                return _fail(str(e), 2)
     else:
         backend, device_id = "gloo", None
+        if cfg.comm.cpu_affinity != "none":
+            return _fail(f"{cfg.source}: [comm] cpu_affinity = {cfg.comm.cpu_affinity!r} binds each rank to its "
+                         f"GPU's CPUs; there is no GPU here (use 'none')", 2)
     if "RANK" in os.environ:
         dist.init_process_group(backend, device_id=device_id)
     else:  # a single process started without torchrun
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, device_id=device_id)
     if _is_rank0():
         _log(comm_line + ("" if backend == "nccl" else " (not used: gloo backend)"))
+        if affinity_line:
+            _log(affinity_line)
 
     code = 0
     try:

@@ -105,6 +105,10 @@ class Parallelism:
     # > 1: the routed experts are split over this many ranks (consecutive ranks inside one shard group) and
     # tokens travel to them by all-to-all; must divide data_parallel_shard_degree and num_experts
     expert_parallel_degree: int = 1
+    # torchtitan's key. When a block's FSDP2 unit frees its gathered weights after forward: "default" = every block
+    # but the last (backward gathers them again), "always" = every block, "never" = none (no gather in backward,
+    # and for float8 no second cast / quantization of the weights: memory for the whole model's gathered weights)
+    fsdp_reshard_after_forward: str = "default"
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,8 @@ class Compile:
 @dataclass(frozen=True)
 class Comm:
     nccl_max_ctas: Optional[int] = None  # exported as NCCL_MAX_CTAS unless the environment already sets it
+    # "gpu_numa_node": each rank runs on the CPUs of its GPU's NUMA node (train/affinity.py); "none": the OS places it
+    cpu_affinity: str = "none"
 
 
 @dataclass(frozen=True)
@@ -478,6 +484,8 @@ def _validate(cfg: JobConfig, where) -> None:
          "allowed: 'none', 'full', 'selective'")
     n = cfg.comm.nccl_max_ctas
     need(n is None or 1 <= n <= 64, "comm", "nccl_max_ctas", "must be in [1, 64] (NCCL's range)")
+    need(cfg.comm.cpu_affinity in ("none", "gpu_numa_node"), "comm", "cpu_affinity",
+         "allowed: 'none', 'gpu_numa_node'")
     _validate_float8(cfg, where)
     _validate_model(cfg, where)
 
@@ -489,6 +497,8 @@ def _validate_parallelism(cfg: JobConfig, where, need) -> None:
         d = getattr(p, key)
         need(d == -1 or (d >= 1 and world % d == 0), "parallelism", key,
              f"allowed: -1 (the rest of the ranks) or a divisor of the world size {world}")
+    need(p.fsdp_reshard_after_forward in ("default", "always", "never"), "parallelism", "fsdp_reshard_after_forward",
+         "allowed: 'default', 'always', 'never'")
     r, s = p.data_parallel_replicate_degree, p.data_parallel_shard_degree
     need(not (r == -1 and s == -1), "parallelism", "data_parallel_replicate_degree",
          "at most one of data_parallel_replicate_degree and data_parallel_shard_degree may be -1 (the rest)")

@@ -228,14 +228,17 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
         # replicas) the group has one rank: FSDP2 then moves nothing and only applies mixed precision; with
         # replicas (HSDP) it all-reduces the expert grads across them. Never across the EP group: each EP rank
         # holds different experts, whose grads already sum every EP rank's tokens (scaled by 1/ep in the MoE).
-        fully_shard(ex, **{**fsdp_kwargs, "mesh": expert_dp_mesh(mesh)})
+        fully_shard(ex, reshard_after_forward=job_config.parallelism.fsdp_reshard_after_forward != "never",
+                    **{**fsdp_kwargs, "mesh": expert_dp_mesh(mesh)})
     install_reduce_scatter_copy_in()  # torch's chunk_cat copy-in costs ~7 ms of host time per block
     names = list(model.layers.keys())
     if job_config.float8.enable:
         from titan_fp8.float8 import batch_tensorwise_casts  # (bf16 runs do not import the float8 layer)
+    policy = job_config.parallelism.fsdp_reshard_after_forward
     for i, name in enumerate(names):
-        # The last block's parameters are needed again first thing in backward: keep them gathered.
-        fully_shard(model.layers[name], reshard_after_forward=i < len(names) - 1, **fsdp_kwargs)
+        # "default": the last block's parameters are needed again first thing in backward: keep them gathered
+        reshard = {"always": True, "never": False}.get(policy, i < len(names) - 1)
+        fully_shard(model.layers[name], reshard_after_forward=reshard, **fsdp_kwargs)
         if job_config.float8.enable:
             batch_tensorwise_casts(model.layers[name])  # one cast launch per block all-gather, not one per weight
     fully_shard(model, **fsdp_kwargs)

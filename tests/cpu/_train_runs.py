@@ -143,7 +143,7 @@ def parallelized_debug_model(overrides: list[str]):
     from titan_fp8.float8 import Float8Config, convert_to_float8_training
     from titan_fp8.models.llama_moe import Transformer
     from titan_fp8.parallel import build_mesh, parallelize
-    cfg = load_config("train_configs/debug_moe.toml", list(overrides), world_size=1)
+    cfg = load_config(DEBUG_TOML, list(overrides), world_size=1)
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:
         with torch.device("meta"):

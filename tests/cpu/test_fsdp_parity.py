@@ -72,3 +72,23 @@ def test_hsdp_matches_one_rank(tmp_path_factory, runs):
     assert proc.returncode == 0, explain(proc)
     assert "('dp_replicate', 'dp_shard')" in proc.stdout
     assert_same_steps(one, metrics(dump))
+
+
+def test_reshard_after_forward_never_matches_one_rank(tmp_path_factory, runs):
+    """[parallelism] fsdp_reshard_after_forward = "never": every block keeps its gathered weights from forward to
+    backward (no gather in backward). Same numbers as one rank; a block's FSDP2 state says it keeps them."""
+    from _train_runs import TINY, explain, parallelized_debug_model, run_train
+
+    one, _, _ = runs
+    dump = str(tmp_path_factory.mktemp("never"))
+    proc = run_train(dump, 2, [*TINY, "--training.local_batch_size=2",
+                               "--parallelism.fsdp_reshard_after_forward=never"])
+    assert proc.returncode == 0, explain(proc)
+    assert_same_steps(one, metrics(dump))
+    for policy, want in (("never", [False] * 3), ("always", [True] * 3), ("default", [True, True, False])):
+        with parallelized_debug_model([f"--parallelism.fsdp_reshard_after_forward={policy}",
+                                       "--compile.enable=false"]) as model:
+            # FSDP2 keeps a post-forward mesh only for units that reshard after forward
+            got = [b._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None
+                   for b in model.layers.values()]
+            assert got == want, (policy, got)
