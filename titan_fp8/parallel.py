@@ -233,13 +233,13 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
     install_reduce_scatter_copy_in()  # torch's chunk_cat copy-in costs ~7 ms of host time per block
     names = list(model.layers.keys())
     if job_config.float8.enable:
-        from titan_fp8.float8 import batch_tensorwise_casts  # (bf16 runs do not import the float8 layer)
+        from titan_fp8.float8 import batch_weight_casts  # (bf16 runs do not import the float8 layer)
     policy = job_config.parallelism.fsdp_reshard_after_forward
     for i, name in enumerate(names):
         # "default": the last block's parameters are needed again first thing in backward: keep them gathered
         reshard = {"always": True, "never": False}.get(policy, i < len(names) - 1)
         fully_shard(model.layers[name], reshard_after_forward=reshard, **fsdp_kwargs)
         if job_config.float8.enable:
-            batch_tensorwise_casts(model.layers[name])  # one cast launch per block all-gather, not one per weight
+            batch_weight_casts(model.layers[name])  # one launch per block all-gather and kind, not one per weight
     fully_shard(model, **fsdp_kwargs)
     return model

@@ -29,6 +29,7 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from kernels.grouped_gemm.triton_mx import _fix_interpreter_scalar_index
+from kernels.launch_table import cached_table, next_pow2, table_member
 from kernels.mxfp8.triton import _INTERPRET, _as_kernel_input, _encode, _load_raw, _tile_ids, _widen, default_hw_cast
 
 if _INTERPRET:
@@ -177,14 +178,10 @@ def _cast_many_kernel(table_ptr, s_ptr, q_ptr, T: tl.constexpr, T_PAD: tl.conste
     # input address, numel, first program, output offset of each tensor (first program of the padding
     # entries: a huge value, so no program picks them). Program pid casts BLOCK elements of tensor t, the last
     # tensor whose first program is <= pid.
-    pid = tl.program_id(0)
-    ts = tl.arange(0, T_PAD)
-    first = tl.load(table_ptr + 2 * T_PAD + ts)
-    t = tl.sum((first <= pid).to(tl.int32)) - 1
-    x_ptr = tl.load(table_ptr + t).to(tl.pointer_type(X_DTYPE))
+    t, x_ptr, i = table_member(table_ptr, T_PAD, X_DTYPE)
     n = tl.load(table_ptr + T_PAD + t)
     out = tl.load(table_ptr + 3 * T_PAD + t)
-    offs = (pid - tl.load(table_ptr + 2 * T_PAD + t)) * BLOCK + tl.arange(0, BLOCK)
+    offs = i * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = _widen(_load_raw(x_ptr, offs, mask, IS_BF16), IS_BF16)
     scale = tl.load(s_ptr + t)
@@ -197,37 +194,6 @@ def _cast_many_kernel(table_ptr, s_ptr, q_ptr, T: tl.constexpr, T_PAD: tl.conste
 
 _TL_DTYPE = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
              torch.int16: tl.int16}
-_MANY_TABLES = {}  # (addresses, numels, device) -> (device table, pinned host copy, programs, total): see below
-_MANY_TABLES_MAX = 256
-
-
-def _many_table(xs, block):
-    """The launch table of to_float8_tensorwise_many_triton, built on the host and copied to the GPU once per
-    set of (address, numel): FSDP2's weight shards keep their storage, so every all-gather of a block after the
-    first reuses it, with no host -> device copy."""
-    key = (tuple(x.data_ptr() for x in xs), tuple(x.numel() for x in xs), xs[0].device)
-    hit = _MANY_TABLES.get(key)
-    if hit is not None:
-        return hit
-    T = len(xs)
-    t_pad = max(2, triton.next_power_of_2(T))
-    first, out, programs, total = [], [], 0, 0
-    for x in xs:
-        first.append(programs)
-        out.append(total)
-        programs += triton.cdiv(x.numel(), block)
-        total += x.numel()
-    big = 2 ** 62
-    rows = [list(key[0]) + [0] * (t_pad - T), list(key[1]) + [0] * (t_pad - T), first + [big] * (t_pad - T),
-            out + [0] * (t_pad - T)]
-    host = torch.tensor(rows, dtype=torch.int64).reshape(-1)
-    if xs[0].is_cuda:
-        host = host.pin_memory()
-    table = host.to(xs[0].device, non_blocking=True)  # the pinned copy stays referenced until the entry goes
-    if len(_MANY_TABLES) >= _MANY_TABLES_MAX:
-        _MANY_TABLES.pop(next(iter(_MANY_TABLES)))
-    _MANY_TABLES[key] = hit = (table, host, programs, total, t_pad)
-    return hit
 
 
 def to_float8_tensorwise_many_triton(xs, scales: torch.Tensor, float8_dtype=torch.float8_e4m3fn,
@@ -243,7 +209,17 @@ def to_float8_tensorwise_many_triton(xs, scales: torch.Tensor, float8_dtype=torc
     block, warps = _INTERP_CAST if _INTERPRET else _CAST
     kin = [_as_kernel_input(x) for x in xs]
     is_bf16 = kin[0][1]
-    table, _, programs, total, t_pad = _many_table([k for k, _ in kin], block)
+    ins = [k for k, _ in kin]
+    t_pad = max(2, next_pow2(len(ins)))
+    first, out, programs, total = [], [], 0, 0
+    for x in ins:
+        first.append(programs)
+        out.append(total)
+        programs += triton.cdiv(x.numel(), block)
+        total += x.numel()
+    pad = t_pad - len(ins)
+    table = cached_table(ins, [[x.data_ptr() for x in ins] + [0] * pad, [x.numel() for x in ins] + [0] * pad,
+                               first + [2 ** 62] * pad, out + [0] * pad])
     q = torch.empty(total, dtype=torch.uint8, device=x0.device)
     if programs:
         _cast_many_kernel[(programs,)](table, scales, q, T=len(xs), T_PAD=t_pad, X_DTYPE=_TL_DTYPE[kin[0][0].dtype],

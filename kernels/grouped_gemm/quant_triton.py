@@ -28,6 +28,7 @@ import triton.language as tl
 from torch.library import wrap_triton
 
 from kernels.grouped_gemm.quant import blockwise_scale_buffers
+from kernels.launch_table import cached_table, next_pow2, table_member
 from kernels.mxfp8.triton import (
     _INTERPRET,
     _as_kernel_input,
@@ -36,6 +37,7 @@ from kernels.mxfp8.triton import (
     _load_f32,
     _multiplier,
     _scale_byte,
+    _widen,
     default_hw_cast,
 )
 
@@ -158,6 +160,78 @@ def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw
         )
     f8 = torch.float8_e4m3fn
     return qr.view(f8), sr, qc.view(f8), sc
+
+
+@triton.jit
+def _tiles_many_kernel(table_ptr, q_ptr, s_ptr, T_PAD: tl.constexpr, X_DTYPE: tl.constexpr, TILE: tl.constexpr,
+                       HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+    # One TILE x TILE tile of one of T tensors per program (rows and row length multiples of TILE; a 3-D weight
+    # [E, N, K] is E*N rows). table int64 [5, T_PAD]: address, row length K, first program, data offset, scale
+    # offset of each tensor (padding entries: first program huge). Same arithmetic as _blocked_rowcol_kernel's
+    # row copy with RB = RT = TILE: one E8M0 byte per tile, written compact (row-major over the tiles).
+    t, x_ptr, tile = table_member(table_ptr, T_PAD, X_DTYPE)
+    K = tl.load(table_ptr + T_PAD + t)
+    kt = K // TILE
+    r = tl.arange(0, TILE)
+    offs = ((tile // kt) * TILE + r)[:, None] * K + ((tile % kt) * TILE + r)[None, :]
+    x = _widen(tl.load(x_ptr + offs), IS_BF16)
+    a = tl.max(tl.max(x.to(tl.int32, bitcast=True) & 0x7FFFFFFF, axis=1), axis=0)
+    e = _exponent_from_amax_bits(a)
+    code = _encode(x * _multiplier(a, e, HW_CAST), a >= 0x7F800000, HW_CAST)
+    tl.store(q_ptr + tl.load(table_ptr + 3 * T_PAD + t) + offs, code)
+    tl.store(s_ptr + tl.load(table_ptr + 4 * T_PAD + t) + tile, _scale_byte(a, e).to(tl.uint8))
+
+
+_TL_DTYPE = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16,
+             torch.int16: tl.int16}
+
+
+def to_mxfp8_tiles_many(xs, tile: int = 128, hw_cast: bool | None = None, num_warps: int | None = None) -> list:
+    """xs: contiguous 2-D / 3-D tensors of one dtype and device whose last two dims are multiples of `tile` ->
+    [(data e4m3 x's shape, scale uint8 [..., rows/tile, K/tile])]: MXFP8 with ONE E8M0 scale per tile x tile
+    square, compact (quant.to_mxfp8_blocked(x, -1, tile, tile)'s numbers, its scale taken once per tile), ONE
+    launch for all. For FSDP2's float8 all-gather: a block's MXFP8 weight shards (mx128 Linears, experts)
+    quantized together instead of one Python launch each."""
+    who = "to_mxfp8_tiles_many"
+    if not xs or len({(x.dtype, x.device) for x in xs}) != 1:
+        raise ValueError(f"{who}: xs must be a non-empty list of tensors of one dtype and device")
+    for x in xs:
+        if x.ndim not in (2, 3) or x.shape[-1] % tile or x.shape[-2] % tile or not x.is_contiguous():
+            raise ValueError(f"{who}: each x must be a contiguous [N, K] or [E, N, K] with N, K multiples of {tile}, "
+                             f"got {tuple(x.shape)} (contiguous: {x.is_contiguous()})")
+    x0 = xs[0]
+    if x0.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise ValueError(f"{who}: dtype {x0.dtype}; expected bf16, fp16 or fp32")
+    if not (x0.is_cuda or _INTERPRET):
+        raise RuntimeError(f"{who}: tensors on {x0.device}; needs CUDA or TRITON_INTERPRET=1")
+    kin = [_as_kernel_input(x) for x in xs]
+    ins = [k for k, _ in kin]
+    t_pad = max(2, next_pow2(len(ins)))
+    first, qoff, soff, programs, total, stotal = [], [], [], 0, 0, 0
+    for x in ins:
+        tiles = x.numel() // (tile * tile)
+        first.append(programs)
+        qoff.append(total)
+        soff.append(stotal)
+        programs += tiles
+        total += x.numel()
+        stotal += tiles
+    pad = t_pad - len(ins)
+    table = cached_table(ins, [[x.data_ptr() for x in ins] + [0] * pad, [x.shape[-1] for x in ins] + [tile] * pad,
+                               first + [2 ** 62] * pad, qoff + [0] * pad, soff + [0] * pad])
+    q = torch.empty(total, dtype=torch.uint8, device=x0.device)
+    sc = torch.empty(stotal, dtype=torch.uint8, device=x0.device)
+    if programs:
+        hw = default_hw_cast(x0.device) if hw_cast is None else hw_cast
+        warps = num_warps or (4 if _INTERPRET else BLOCKWISE_NUM_WARPS)
+        _tiles_many_kernel[(programs,)](table, q, sc, T_PAD=t_pad, X_DTYPE=_TL_DTYPE[ins[0].dtype], TILE=tile,
+                                        HW_CAST=hw, IS_BF16=kin[0][1], num_warps=warps)
+    out = []
+    for x, at, sat in zip(xs, qoff, soff):
+        n = x.numel() // (tile * tile)
+        out.append((q[at:at + x.numel()].view(torch.float8_e4m3fn).view(x.shape),
+                    sc[sat:sat + n].view(*x.shape[:-2], x.shape[-2] // tile, x.shape[-1] // tile)))
+    return out
 
 
 @torch.library.custom_op("titan_fp8::mxfp8_blocked_rowcol", mutates_args=())

@@ -101,8 +101,8 @@ def build(config, fsdp: bool, param_dtype=None, force_tiny=True, batched=False):
         for b in m.layers:
             fully_shard(b, mesh=mesh, mp_policy=mp)
             if batched:  # what parallelize does: one cast launch per block all-gather
-                from titan_fp8.float8 import batch_tensorwise_casts
-                assert batch_tensorwise_casts(b) == 2
+                from titan_fp8.float8 import batch_weight_casts
+                assert batch_weight_casts(b) == {"tensorwise": 2}
         fully_shard(m, mesh=mesh, mp_policy=mp)
     return m
 
@@ -272,9 +272,10 @@ def main(rank, world, init_file, out_dir):
     results["stale_ref"] = train(no_ag, fsdp=False, steps=4, fused=True)[0]
     # the blocks' weights cast by ONE launch per all-gather (parallelize's batch_tensorwise_casts): same losses,
     # every block member's bytes from that launch, the unbatched `tiny` cast alone
-    from titan_fp8.float8 import cast_batch, weights
+    import kernels.float8_cast as fc
+    from titan_fp8.float8 import weights
     calls = {"many": 0, "alone": 0}
-    many, alone = cast_batch.to_float8_tensorwise_many, weights.to_float8_fused
+    many, alone = fc.to_float8_tensorwise_many, weights.to_float8_fused
 
     def counting_many(xs, *a, **k):
         calls["many"] += 1
@@ -283,14 +284,14 @@ def main(rank, world, init_file, out_dir):
     def counting_alone(x, *a, **k):
         calls["alone"] += 1
         return alone(x, *a, **k)
-    cast_batch.to_float8_tensorwise_many, weights.to_float8_fused = counting_many, counting_alone
+    fc.to_float8_tensorwise_many, weights.to_float8_fused = counting_many, counting_alone
     try:
         results["batched"] = train(ag_pre, precompute=True, batched=True)[0]
         results["batched_calls"] = dict(calls)
         results["batched_stale"] = train(ag_pre, precompute=True, steps=4, skip_precompute_at=(1,), fused=True,
                                          batched=True)[0]
     finally:
-        cast_batch.to_float8_tensorwise_many, weights.to_float8_fused = many, alone
+        fc.to_float8_tensorwise_many, weights.to_float8_fused = many, alone
     # checkpoints
     ck = os.path.join(out_dir, "dcp")
     results["dcp"] = dcp_roundtrip(ag_pre, ck)

@@ -69,7 +69,7 @@ def test_stale_precompute_after_fused_optimizer_falls_back_correctly(runs):
 
 
 def test_block_weights_cast_by_one_launch_per_all_gather_same_losses(runs):
-    """batch_tensorwise_casts (parallelize calls it per block): each block all-gather (forward, and backward's
+    """batch_weight_casts (parallelize calls it per block): each block all-gather (forward, and backward's
     regather: 2 blocks x 2 x 10 steps) casts the block's 2 tensorwise weights with ONE launch; only the root's
     `tiny` weight is cast alone. Losses equal the unbatched run's bit for bit, also after a stale precompute."""
     for r in runs:
@@ -81,7 +81,7 @@ def test_block_weights_cast_by_one_launch_per_all_gather_same_losses(runs):
 
 
 def test_cast_batch_takes_only_bytes_of_the_same_weight_version_and_generation():
-    """TensorwiseCastBatch: the first member's call casts every member with one launch; another member's call
+    """WeightCastBatch (tensorwise): the first member's call casts every member with one launch; another member's call
     takes its bytes only while its shard, version and optimizer generation are those they were cast from:
     an in-place edit or an optimizer step makes it cast again, with the new values and scales."""
     import dataclasses
@@ -89,7 +89,7 @@ def test_cast_batch_takes_only_bytes_of_the_same_weight_version_and_generation()
     from kernels.float8_cast import to_float8
     from titan_fp8.float8.config import Float8Config
     from titan_fp8.float8.weights import (_OPTIMIZER_GENERATION, Float8TrainingWeight, ScaleCache,
-                                          batch_tensorwise_casts)
+                                          batch_weight_casts)
     from titan_fp8.float8.scaling import tensorwise_scale
     f8 = torch.float8_e4m3fn
     cfg = Float8Config(enable_fsdp_float8_all_gather=True, emulate=True)
@@ -105,16 +105,16 @@ def test_cast_batch_takes_only_bytes_of_the_same_weight_version_and_generation()
     refresh_scales()
     # (a plain nn.Parameter is not a DTensor: _local_tensor falls back to the weight itself)
     many = []
-    from titan_fp8.float8 import cast_batch
-    orig = cast_batch.to_float8_tensorwise_many
-    cast_batch.to_float8_tensorwise_many = lambda xs, s, d: many.append(1) or orig(xs, s, d, backend="reference")
+    import kernels.float8_cast as fc
+    orig = fc.to_float8_tensorwise_many
+    fc.to_float8_tensorwise_many = lambda xs, s, d: many.append(1) or orig(xs, s, d, backend="reference")
     try:
-        assert batch_tensorwise_casts(block) == 3
+        assert batch_weight_casts(block) == {"tensorwise": 3}
         batch = mods[0]._float8_cast_batch
 
         def take(i):
             shard = mods[i].weight._tensor
-            got = batch.take(mods[i], shard, _OPTIMIZER_GENERATION[0], f8)
+            got = batch.take(mods[i], shard, _OPTIMIZER_GENERATION[0])
             want = to_float8(shard, mods[i]._float8_scale_cache.scale, f8)
             assert torch.equal(got.view(torch.uint8), want.view(torch.uint8)), i
         take(0), take(1), take(2)
@@ -134,12 +134,12 @@ def test_cast_batch_takes_only_bytes_of_the_same_weight_version_and_generation()
         take(0), take(1)
         assert len(many) == 4
         other = torch.nn.Linear(8, 8, bias=False)
-        assert batch.take(other, other.weight.detach(), _OPTIMIZER_GENERATION[0], f8) is None  # not a member
-        assert batch.take(mods[0], torch.zeros(16, 8), _OPTIMIZER_GENERATION[0], f8) is None  # another storage
+        assert batch.take(other, other.weight.detach(), _OPTIMIZER_GENERATION[0]) is None  # not a member
+        assert batch.take(mods[0], torch.zeros(16, 8), _OPTIMIZER_GENERATION[0]) is None  # another storage
         mods[1]._float8_scale_cache = dataclasses.replace(mods[1]._float8_scale_cache, generation=-1)
-        assert batch.take(mods[0], mods[0].weight._tensor, _OPTIMIZER_GENERATION[0], f8) is None  # stale scale
+        assert batch.take(mods[0], mods[0].weight._tensor, _OPTIMIZER_GENERATION[0]) is None  # stale scale
     finally:
-        cast_batch.to_float8_tensorwise_many = orig
+        fc.to_float8_tensorwise_many = orig
 
 
 def test_dcp_round_trip_resumes_exactly(runs):
@@ -199,7 +199,7 @@ def test_pre_all_gather_hook_signature_is_precomputed():
 
 
 def test_parallelize_batches_each_blocks_tensorwise_weight_casts():
-    """parallelize groups every block's tensorwise float8-all-gather weights into one TensorwiseCastBatch (one
+    """parallelize groups every block's tensorwise float8-all-gather weights into one WeightCastBatch (one
     cast launch per block all-gather); weights outside the blocks (none are float8 by default) stay alone."""
     from tests.cpu._train_runs import parallelized_debug_model
     from titan_fp8.float8 import Float8Linear
@@ -212,3 +212,35 @@ def test_parallelize_batches_each_blocks_tensorwise_weight_casts():
             batch = linears[0]._float8_cast_batch
             assert all(m._float8_cast_batch is batch for m in linears) and len(batch) == len(linears)
         assert not hasattr(model.output, "_float8_cast_batch")
+
+
+def test_mx128_linear_weights_of_a_block_quantized_by_one_call():
+    """batch_weight_casts groups a block's mx128 MXFP8 Linear weights: their pre-all-gather hooks return the same
+    bytes and tile scales as one quantization per weight (zeros, a huge value and a NaN tile included), made by
+    one call for the block."""
+    from titan_fp8.float8.config import Float8Config
+    from titan_fp8.float8.weights import Float8TrainingWeight, _OneRank, batch_weight_casts
+    cfg = Float8Config(recipe_name="mxfp8", linear_granularity="mx128", enable_fsdp_float8_all_gather=True,
+                       emulate=True)
+    g = torch.Generator().manual_seed(11)
+    mods = [torch.nn.Linear(128, 256, bias=False), torch.nn.Linear(256, 128, bias=False)]
+    for m in mods:
+        m.weight = torch.nn.Parameter(Float8TrainingWeight(torch.randn(m.weight.shape, generator=g), cfg))
+    with torch.no_grad():
+        mods[0].weight._tensor[:128] = 0
+        mods[1].weight._tensor[3, 200] = 3e38
+        mods[1].weight._tensor[100, 5] = float("nan")
+
+    def hook(m):
+        w = m.weight
+        return w.fsdp_pre_all_gather(_OneRank(), w.shape, w.stride(), m, None)
+    alone = [hook(m) for m in mods]
+    assert batch_weight_casts(torch.nn.Sequential(*mods)) == {"mx128": 2}
+    batch = mods[0]._float8_cast_batch
+    calls = []
+    cast_all = batch._cast_all
+    batch._cast_all = lambda *a: calls.append(1) or cast_all(*a)
+    together = [hook(m) for m in mods]
+    assert len(calls) == 1
+    for (a_in, a_meta), (b_in, b_meta) in zip(alone, together):
+        assert torch.equal(a_in[0], b_in[0]) and torch.equal(a_meta[0], b_meta[0])

@@ -343,3 +343,33 @@ def test_offs_past_the_tensor_are_clamped_not_followed():
     xt, xs = to_mxfp8(x.t().contiguous(), -1, backend="reference")
     dw = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs)
     assert rel(dw, grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)) < TOL_FP32
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_tiles_many_equals_blocked_quantizer_per_tensor(dtype):
+    """One launch over a block's MXFP8 weight shards (2-D Linear weights, a 3-D expert weight): each equals
+    quant.to_mxfp8_blocked(x, -1, 128, 128) bit for bit, its scale one byte per 128x128 tile; tiles that are all
+    zero, hold a subnormal, a huge value, an inf or a NaN included. A second call reuses the launch table and
+    sees new values."""
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_tiles_many
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(256, 128, generator=g), torch.randn(2, 128, 256, generator=g) * 1e-3,
+          torch.randn(128, 256, generator=g) * 1e4]
+    xs[0][:128] = 0                      # an all-zero tile
+    xs[0][130, 5] = 1e-40                # a subnormal (fp32; 0 in bf16)
+    xs[1][0, 3, 200] = 3e38              # a huge value
+    xs[1][1, 7, 9] = float("inf")        # a non-finite tile
+    xs[2][100, 130] = float("nan")
+    xs = [x.to(dtype) for x in xs]
+    for _ in range(2):
+        got = to_mxfp8_tiles_many(xs)
+        for i, ((data, scale), x) in enumerate(zip(got, xs)):
+            want_d, want_s = to_mxfp8_blocked(x, -1, 128, 128)
+            assert data.shape == x.shape and scale.shape == (*x.shape[:-2], x.shape[-2] // 128, x.shape[-1] // 128)
+            assert torch.equal(data.view(torch.uint8), want_d.view(torch.uint8)), i
+            assert torch.equal(scale, want_s[..., ::128, ::4]), i
+        xs[0].mul_(-2)
+    with pytest.raises(ValueError, match="multiples of 128"):
+        to_mxfp8_tiles_many([torch.randn(128, 96)])
+    with pytest.raises(ValueError, match="one dtype and device"):
+        to_mxfp8_tiles_many([xs[0], xs[0].half()])

@@ -80,3 +80,27 @@ def test_gathered_operands_equal_the_linear_quantizer_bitwise():
         assert q.shape == q_ref.shape and s.shape == s_ref.shape and s.stride() == s_ref.stride()
         assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
         assert torch.equal(s.view(torch.int32), s_ref.view(torch.int32))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_tiles_many_equals_the_one_weight_quantizer(dtype):
+    """The one-launch quantizer of a block's MXFP8 weights (mx128 Linear shards and expert shards of llama_moe over
+    2 ranks, odd ones too): bit for bit what the all-gather hooks make one weight at a time on this GPU
+    (to_mxfp8_blocked_rowcol with 128x128 tiles), zero, huge, inf and NaN tiles included; twice (cached table)."""
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol, to_mxfp8_tiles_many
+    g = torch.Generator(device="cuda").manual_seed(0)
+    shapes = [(2048, 4096), (512, 4096), (512, 4096), (2048, 4096), (1408, 4096), (2048, 2816), (4, 5632, 4096),
+              (4, 4096, 2816), (128, 128)]
+    xs = [torch.randn(s, device="cuda", generator=g, dtype=torch.float32).to(dtype) for s in shapes]
+    xs[0][:128, :128] = 0
+    xs[1][5, 7] = 3e38
+    xs[2][300, 1000] = float("inf")
+    xs[6][1, 10, 20] = float("nan")
+    for _ in range(2):
+        got = to_mxfp8_tiles_many(xs)
+        for i, ((data, scale), x) in enumerate(zip(got, xs)):
+            want_d, want_s = to_mxfp8_blocked_rowcol(x, row_block=128, row_tile=128, do_col=False)[:2]
+            assert torch.equal(data.view(torch.uint8), want_d.view(torch.uint8)), (i, dtype)
+            assert torch.equal(scale, want_s[..., ::128, ::4]), (i, dtype)
+        for x in xs:
+            x.mul_(-0.5)

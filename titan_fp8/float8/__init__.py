@@ -7,8 +7,8 @@ from .config import RECIPES, Float8Config
 from .convert import check_float8_all_gather, convert_to_float8_training
 from .linear import Float8Linear
 from .precompute import precompute_float8_dynamic_scale_for_fsdp
-from .weights import Float8TrainingWeight, batch_tensorwise_casts
+from .weights import Float8TrainingWeight, batch_weight_casts
 
 __all__ = ["Float8Config", "convert_to_float8_training", "precompute_float8_dynamic_scale_for_fsdp",
            "Float8Linear", "Float8TrainingWeight", "RECIPES", "check_float8_all_gather",
-           "batch_tensorwise_casts"]
+           "batch_weight_casts"]

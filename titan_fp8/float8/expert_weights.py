@@ -361,7 +361,11 @@ class Float8ExpertWeight(Float8TrainingWeight):
         padded = list(self._tensor.shape)
         padded[dim] = math.ceil(shape[dim] / world)
         if scales_travel(shape, dim, world):
-            data, scale = quantize_whole(self._tensor, recipe)
+            batch = getattr(module, "_float8_cast_batch", None)
+            got = (batch.take(module, self._tensor, _OPTIMIZER_GENERATION[0], attr=self._attr)
+                   if batch is not None else None)
+            # the block's one launch (weights.batch_weight_casts: mx128 Linear and expert weights together)
+            data, scale = got if got is not None else quantize_whole(self._tensor, recipe)
             if world == 1:
                 # FSDP2's one-rank path (torch 2.11-2.14, FSDPParamGroup.wait_for_unshard) copies only the FIRST
                 # all-gather input into the unsharded parameter: the whole scale rides in the metadata instead.

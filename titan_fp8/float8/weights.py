@@ -5,7 +5,7 @@ FSDP2 calls `fsdp_pre_all_gather` on each rank's shard and `fsdp_post_all_gather
 
 tensorwise  pre:  float8 e4m3 shard = saturate(shard * scale) with the REPLICATED scale, one fused pass
                   (read fp32/bf16, write fp8; no fp32 temporary). Under `parallelize` the first hook of a block
-                  casts all of the block's tensorwise weights with ONE launch (cast_batch.py, batch_tensorwise_casts)
+                  casts all of the block's tensorwise weights with ONE launch (cast_batch.py, batch_weight_casts)
                   and the others take their bytes. The scale comes from ONE all-reduce of every
                   float8 weight's AMAX in the model per optimizer step: made by
                   `precompute_float8_dynamic_scale_for_fsdp` after the step, or, without it, lazily by the first
@@ -43,7 +43,7 @@ import torch.utils._pytree as pytree
 from torch._prims_common import suggest_memory_format
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
-from .cast_batch import TensorwiseCastBatch
+from .cast_batch import WeightCastBatch
 from .config import E4M3, Float8Config
 from .gathered import Float8GatheredWeight
 from .scaling import amax_to_scale, mx_quantize_weight, mx_quantize_weight_tiles, to_float8_fused
@@ -219,7 +219,7 @@ class Float8TrainingWeight(torch.Tensor):
         world = mesh.size()
         padded_rows = math.ceil(outer_size[0] / world)
         if self._config.recipe_name == "mxfp8":
-            return self._pre_all_gather_mxfp8(outer_size, world)
+            return self._pre_all_gather_mxfp8(outer_size, world, module)
         data, scale = self._tensorwise_shard(mesh, module)
         u8 = data.view(torch.uint8)
         if u8.shape[0] != padded_rows:  # uneven sharding: FSDP2 wants every rank's input padded
@@ -238,23 +238,28 @@ class Float8TrainingWeight(torch.Tensor):
             compute_scales(group_entries(module))
             cache = module._float8_scale_cache
         batch = getattr(module, "_float8_cast_batch", None)
-        data = batch.take(module, self._tensor, cache.generation, E4M3) if batch is not None else None
+        data = batch.take(module, self._tensor, cache.generation) if batch is not None else None
         if data is None:
             data = to_float8_fused(self._tensor, cache.scale, E4M3)
         return data, cache.scale
 
-    def _pre_all_gather_mxfp8(self, outer_size, world):
+    def _pre_all_gather_mxfp8(self, outer_size, world, module=None):
         rows, tile = outer_size[0], self._config.linear_dim_multiple
         if rows % world or (rows // world) % tile:
             raise ValueError(f"float8 all-gather (mxfp8 {self._config.linear_granularity}): weight of shape "
                              f"{tuple(outer_size)} sharded over {world} ranks gives {rows / world:g} rows per rank; "
                              f"MXFP8 {tile}x{tile} tiles stay inside a shard only when that is a whole multiple of "
                              f"{tile}")
-        if tile == 32:
-            data, scale_k = mx_quantize_weight(self._tensor)
+        batch = getattr(module, "_float8_cast_batch", None)
+        got = batch.take(module, self._tensor, _OPTIMIZER_GENERATION[0]) if batch is not None else None
+        if got is not None:  # the block's one launch made it: bytes + one E8M0 byte per 128x128 tile
+            data, scale = got
         else:
-            data, scale_k = mx_quantize_weight_tiles(self._tensor, tile)
-        scale = scale_k[::tile, ::tile // 32].contiguous()  # one E8M0 byte per tile (each 1x32 block repeats it)
+            if tile == 32:
+                data, scale_k = mx_quantize_weight(self._tensor)
+            else:
+                data, scale_k = mx_quantize_weight_tiles(self._tensor, tile)
+            scale = scale_k[::tile, ::tile // 32].contiguous()  # one E8M0 byte per tile (each 1x32 block repeats it)
         if world == 1:
             # FSDP2's one-rank path (torch 2.11-2.14, FSDPParamGroup.wait_for_unshard) copies only the FIRST
             # all-gather input into the unsharded parameter: the scales ride in the metadata instead.
@@ -304,39 +309,93 @@ def precompute_hook_signature(cls) -> None:
 precompute_hook_signature(Float8TrainingWeight)
 
 
-def _tensorwise_shard_of(module) -> Optional[torch.Tensor]:
-    local = getattr(module.weight, "_local_tensor", module.weight)
-    return local._tensor if type(local) is Float8TrainingWeight else None
+def _local_shard(module, attr: str) -> Optional[torch.Tensor]:
+    """The plain local shard behind module.<attr> (a DTensor of a Float8TrainingWeight), None otherwise."""
+    w = getattr(module, attr, None)
+    local = getattr(w, "_local_tensor", w)
+    return local._tensor if isinstance(local, Float8TrainingWeight) else None
 
 
-def _valid_scale_of(module) -> Optional[ScaleCache]:
-    cache = getattr(module, "_float8_scale_cache", None)
-    return cache if cache is not None and cache.valid() else None
+class _TensorwiseCasts:
+    """cast_all of a tensorwise WeightCastBatch: every member with its own valid scale, one launch. The stacked
+    scales are remade when the members' scale caches change (once per optimizer step)."""
+
+    def __init__(self):
+        self._caches: tuple = ()
+        self._scales: Optional[torch.Tensor] = None
+
+    def __call__(self, members, shards):
+        from kernels.float8_cast import to_float8_tensorwise_many
+
+        caches = tuple(getattr(m, "_float8_scale_cache", None) for m, _ in members)
+        if any(c is None or not c.valid() for c in caches):
+            return None
+        if len(caches) != len(self._caches) or any(a is not b for a, b in zip(caches, self._caches)):
+            self._caches, self._scales = caches, torch.stack([c.scale.reshape(()) for c in caches])
+        return to_float8_tensorwise_many(shards, self._scales, E4M3)
 
 
-def batch_tensorwise_casts(unit: nn.Module) -> int:
-    """Let the first pre-all-gather hook of FSDP unit `unit` (a fully_shard'ed block) cast all of the unit's
-    tensorwise float8-all-gather weights with ONE launch (cast_batch.py). Call after fully_shard; returns how
-    many weights were grouped (0 or >= 2). Weights of FSDP units nested inside `unit` are left out: they are
-    gathered at other times."""
+def _mx128_tiles_all(members, shards):
+    """cast_all of an mx128 WeightCastBatch: (bytes, one E8M0 byte per 128x128 tile) of every member; one launch
+    on CUDA, the plain PyTorch rule per weight elsewhere (same bits)."""
+    if shards[0].is_cuda:
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_tiles_many
+        return to_mxfp8_tiles_many([s.contiguous() for s in shards], 128)
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    out = []
+    for s in shards:
+        data, scale_k = to_mxfp8_blocked(s, -1, 128, 128)
+        out.append((data, scale_k[..., ::128, ::4].contiguous()))
+    return out
+
+
+def _batch_kind(module, attr: str, local) -> Optional[str]:
+    """Which batch the weight module.<attr> (local shard `local`) joins: "tensorwise", "mx128", or None."""
+    cfg = local._config
+    if not cfg.enable_fsdp_float8_all_gather or local._tensor.numel() == 0:
+        return None
+    if type(local) is Float8TrainingWeight:
+        if cfg.recipe_name == "tensorwise":
+            return "tensorwise"
+        if cfg.recipe_name == "mxfp8" and cfg.linear_dim_multiple == 128:
+            return "mx128"
+        return None
+    # an expert weight: mxfp8 with 128x128 tiles whose scales travel with the shard (no all-reduce)
+    if getattr(local, "_attr", None) == attr and cfg.moe_recipe_name == "mxfp8" and cfg.moe_granularity != "mx32_plain":
+        param = getattr(module, attr)
+        if getattr(param, "device_mesh", None) is not None and not local.needs_amax_all_reduce(param):
+            return "mx128"
+    return None
+
+
+def batch_weight_casts(unit: nn.Module) -> dict:
+    """Let the first pre-all-gather hook of FSDP unit `unit` (a fully_shard'ed block) cast or quantize the unit's
+    float8-all-gather weights with ONE launch per kind (cast_batch.py): the tensorwise Linear weights together, the
+    mx128 Linear and expert weights together. Call after fully_shard; returns {kind: number of weights grouped}
+    (a kind with fewer than 2 weights or mixed dtypes is left alone). Weights of FSDP units nested inside `unit`
+    are left out: they are gathered at other times."""
     from torch.distributed.fsdp import FSDPModule
 
-    members, stack = [], [unit]
+    kinds: dict = {}
+    stack = [unit]
     while stack:
         mod = stack.pop()
-        w = mod._parameters.get("weight")
-        local = getattr(w, "_local_tensor", w)
-        if (type(local) is Float8TrainingWeight and local._config.recipe_name == "tensorwise"
-                and local._config.enable_fsdp_float8_all_gather and local._tensor.numel() > 0):
-            members.append(mod)
+        for attr, w in mod._parameters.items():
+            local = getattr(w, "_local_tensor", w)
+            kind = _batch_kind(mod, attr, local) if isinstance(local, Float8TrainingWeight) else None
+            if kind is not None:
+                kinds.setdefault(kind, []).append((mod, attr))
         stack.extend(c for c in reversed(list(mod.children())) if not isinstance(c, FSDPModule))
-    if len(members) < 2 or len({(_tensorwise_shard_of(m).dtype, _tensorwise_shard_of(m).device)
-                                for m in members}) != 1:
-        return 0
-    batch = TensorwiseCastBatch(members, _tensorwise_shard_of, _valid_scale_of)
-    for m in members:
-        m._float8_cast_batch = batch
-    return len(members)
+    grouped = {}
+    for kind, members in kinds.items():
+        if len(members) < 2 or len({(_local_shard(m, a).dtype, _local_shard(m, a).device) for m, a in members}) != 1:
+            continue
+        cast_all = _TensorwiseCasts() if kind == "tensorwise" else _mx128_tiles_all
+        batch = WeightCastBatch(kind, members, _local_shard, cast_all)
+        for m, _ in members:
+            m.__dict__.setdefault("_float8_cast_batch", batch)  # a module's weights are all of one kind
+        grouped[kind] = len(members)
+    return grouped
 
 
 class _OneRank:
