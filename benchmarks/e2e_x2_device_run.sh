@@ -4,7 +4,8 @@
 #          and 10 acc. 3 on ONE machine; then bf16 and tw + mx128 experts again (the spread between two runs of
 #          one recipe), the second profiling its last step (gaps_<run>.json from benchmarks/trace_gaps.py; the
 #          traces themselves stay on the machine). X2_TESTS="tests/gpu/..." runs those GPU tests first.
-#   modes  bf16 and tensorwise + mx128 experts as they are, with [parallelism] fsdp_reshard_after_forward = "never"
+#   modes  bf16, tensorwise, tensorwise + mx128 experts and mx128 Linears + experts as they are; bf16 and
+#          tensorwise + mx128 experts with [parallelism] fsdp_reshard_after_forward = "never"
 #          (no regather, no second weight cast in backward) and with [comm] cpu_affinity = "gpu_numa_node"
 #          (session 10: the float8 runs switch between a host-bound and a GPU-bound mode; sync_wait_share shows it)
 #   ctas   tensorwise + mx128 experts with NCCL_MAX_CTAS unset / 16 / 8
@@ -27,7 +28,7 @@ trap pack EXIT
 case $PART in
   speed) P="profiling.enable_profiling=true,profiling.profile_freq=${X2_STEPS:-25}"  # the last step: not in the median
          R="bf16,tensorwise,tensorwise_mx128_experts,mxfp8_mx128_linears,bf16_b:bf16,tw_mx128_b:tensorwise_mx128_experts,$P" ;;
-  modes) R="bf16,tensorwise_mx128_experts,tw_mx128_never:tensorwise_mx128_experts,parallelism.fsdp_reshard_after_forward=never,bf16_never:bf16,parallelism.fsdp_reshard_after_forward=never,tw_mx128_numa:tensorwise_mx128_experts,comm.cpu_affinity=gpu_numa_node,bf16_numa:bf16,comm.cpu_affinity=gpu_numa_node" ;;
+  modes) R="bf16,tensorwise,tensorwise_mx128_experts,mxfp8_mx128_linears,tw_mx128_never:tensorwise_mx128_experts,parallelism.fsdp_reshard_after_forward=never,bf16_never:bf16,parallelism.fsdp_reshard_after_forward=never,tw_mx128_numa:tensorwise_mx128_experts,comm.cpu_affinity=gpu_numa_node,bf16_numa:bf16,comm.cpu_affinity=gpu_numa_node" ;;
   ctas) R="tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8" ;;
   ep) R="bf16,tensorwise_fp8_rowwise_experts,ep2_tw_rw:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,ep2_tw_rw_f8d:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,dispatch_dtype=float8,ep2_bf16:bf16,parallelism.expert_parallel_degree=2" ;;
   all) R="bf16,tensorwise,tw_noag:tensorwise,enable_fsdp_float8_all_gather=false,precompute_float8_dynamic_scale_for_fsdp=false,tensorwise_fp8_rowwise_experts,tensorwise_mx128_experts,tw_ctas16:tensorwise,comm.nccl_max_ctas=16,tw_ctas8:tensorwise,comm.nccl_max_ctas=8,mxfp8_mx128,mxfp8_mx128_linears,mxfp8_mx32_experts" ;;
