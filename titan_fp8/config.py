@@ -60,6 +60,13 @@ class Training:
     # seed-to-seed difference they measure is the noise of initialization, on the data every recipe sees.
     data_seed: Optional[int] = None
     skip_nonfinite_steps: bool = False
+    # When the host reads the step's check ([non-finite flags, loss, aux loss, grad norm], one all-reduce):
+    #   "deferred"          a step later: the GPU itself skips a failing step's update (fused AdamW's found_inf,
+    #                       router biases likewise), so the host may issue step N+1 while the GPU still runs N
+    #                       (a float8 step's host time is close to its GPU time: waiting mid-step idles the GPU);
+    #                       errors and skips are reported one step late, never after a checkpoint of a bad step
+    #   "before_optimizer"  mid-step, before the optimizer: the host waits for the whole backward every step
+    nonfinite_check: str = "deferred"
     # Python's cyclic GC: automatic collection off, a generation-1 collection before every gc_freq-th step
     # (torchtitan's key; titan_fp8/train/garbage.py says why); 0 keeps Python's automatic collector
     gc_freq: int = 50
@@ -84,7 +91,7 @@ class Optimizer:
     weight_decay: float = 0.1
     betas: tuple = (0.9, 0.95)
     eps: float = 1e-8
-    fused: bool = True  # fused AdamW kernel on GPU; ignored on CPU
+    fused: bool = True  # the fused AdamW kernel (GPU and CPU); [training] nonfinite_check = "deferred" needs it
 
 
 @dataclass(frozen=True)
@@ -443,6 +450,11 @@ def _validate(cfg: JobConfig, where) -> None:
     need(cfg.model.name == "llama_moe", "model", "name", "allowed: 'llama_moe'")
     t = cfg.training
     need(t.local_batch_size >= 1, "training", "local_batch_size", "must be >= 1")
+    need(t.nonfinite_check in ("deferred", "before_optimizer"), "training", "nonfinite_check",
+         "allowed: 'deferred', 'before_optimizer'")
+    need(t.nonfinite_check != "deferred" or cfg.optimizer.fused, "training", "nonfinite_check",
+         "'deferred' needs [optimizer] fused = true (the fused AdamW skips a failing step's update on the device); "
+         "set fused = true or nonfinite_check = 'before_optimizer'")
     need(t.seq_len >= 2, "training", "seq_len", "must be >= 2")
     need(t.steps >= 1, "training", "steps", "must be >= 1")
     need(t.max_norm >= 0, "training", "max_norm", "must be >= 0 (0 disables clipping)")

@@ -213,11 +213,12 @@ class Transformer(nn.Module):
         return torch.stack([loss.to(losses[0].device) for loss in losses]).sum()
 
     @torch.no_grad()
-    def update_router_biases(self):
+    def update_router_biases(self, skip: torch.Tensor | None = None):
         """aux_free: move every MoE layer's expert bias toward balance. Call after optimizer.step().
 
         With torch.distributed initialised, the token counts of all layers are summed over the
-        default process group in ONE all-reduce, so every rank updates its biases alike."""
+        default process group in ONE all-reduce, so every rank updates its biases alike. `skip`: a 0-dim
+        float tensor on the device, 1.0 for a step the trainer skips on the device (update_bias)."""
         layers = [m for m in self.moe_layers() if m.args.load_balance == "aux_free"]
         if not layers:
             return
@@ -226,7 +227,7 @@ class Transformer(nn.Module):
                 and torch.distributed.get_world_size() > 1:
             torch.distributed.all_reduce(loads)
         for m, load in zip(layers, loads):
-            m.update_bias(load)
+            m.update_bias(load, skip)
 
     def num_params(self, active_only: bool = False) -> int:
         """All parameters, or (active_only) those one token uses, embedding table excluded: the

@@ -420,18 +420,24 @@ class MoE(nn.Module):
         return self.args.aux_loss_coef * (f * probs.mean(dim=0)).sum()
 
     @torch.no_grad()
-    def update_bias(self, load: Tensor | None = None):
+    def update_bias(self, load: Tensor | None = None, skip: Tensor | None = None):
         """aux_free: bias += rate * sign(mean load - load), on device (no host sync).
 
         `load` overrides the locally counted tokens (the trainer passes the all-reduced counts so
-        that every data-parallel rank moves its biases the same way). Resets the count."""
+        that every data-parallel rank moves its biases the same way). Resets the count. `skip` (0-dim,
+        1.0 or 0.0, on the device): 1.0 leaves the bias alone and keeps the count for the next update, as
+        if this call had not been made (the trainer's deferred check skips a failing step this way)."""
         if self.args.load_balance != "aux_free":
             return
         load = self.load_since_update if load is None else load
         load = load.to(self.router.expert_bias.dtype)
         step = torch.sign(load.mean() - load) * self.args.bias_update_rate
-        self.router.expert_bias.add_(step)
-        self.load_since_update.zero_()
+        if skip is None:
+            self.router.expert_bias.add_(step)
+            self.load_since_update.zero_()
+        else:
+            self.router.expert_bias.add_(step * (1 - skip).to(step.dtype))
+            self.load_since_update.mul_(skip.to(self.load_since_update.dtype))
 
     def init_weights(self, init_std: float):
         self.router.init_weights()

@@ -12,7 +12,8 @@ from titan_fp8.config import LRScheduler, Optimizer
 
 def build_optimizer(model: torch.nn.Module, cfg: Optimizer, device: torch.device) -> torch.optim.Optimizer:
     params = [p for p in model.parameters() if p.requires_grad]
-    fused = bool(cfg.fused and device.type == "cuda")
+    # fused on CPU too: it is what lets the trainer's deferred check skip a step on the device (found_inf)
+    fused = bool(cfg.fused)
     # one param group per device mesh: foreach / fused kernels take one list per group, and DTensors of
     # different meshes (expert parallelism: experts on (dp, ep), the rest on dp) cannot share a list
     groups = _by_mesh(params)

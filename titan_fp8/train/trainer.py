@@ -1,12 +1,19 @@
 """The training loop, top to bottom.
 
 One step: take this rank's batch, forward, loss (+ the MoE auxiliary loss), backward, global grad norm and
-clip, then ONE all-reduce of [non-finite flag per rank, loss, aux loss, grad norm] read back to the host:
-the step's only host sync. It tells every rank at once whether any rank saw a non-finite loss or gradient
-norm, before the optimizer runs, and it carries the numbers the metrics need. Then the optimizer step, the
-scheduler, the router-bias update, the float8 scale precompute, validation every [validation] freq steps,
-metrics on log steps, checkpoints.
-"""
+clip, then ONE all-reduce of the step's check, [non-finite flag per rank, loss, aux loss, grad norm], which
+every rank reads the same. Then the optimizer step, the scheduler, the router-bias update, the float8 scale
+precompute, validation every [validation] freq steps, metrics on log steps, checkpoints.
+
+When the host reads the check ([training] nonfinite_check) is the step's only host sync:
+  "deferred" (default)  one step later. The GPU skips a failing step's update itself (the fused AdamW's
+                        found_inf; the router biases likewise), so the host issues step N+1 while the GPU still
+                        runs step N and stays at most one step ahead. A float8 step's host time is close to its
+                        GPU time, and a mid-step wait left the GPU idle while the host issued the next forward.
+                        Steps that are saved, validated, profiled, the first and the last are read at once, so
+                        no checkpoint ever holds a failing step.
+  "before_optimizer"    mid-step: the host waits for the whole backward and runs the optimizer only for a good
+                        step."""
 
 from __future__ import annotations
 
@@ -30,6 +37,7 @@ from titan_fp8.train.garbage import GarbageCollection
 from titan_fp8.train.metrics import MetricsLogger
 from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip
 from titan_fp8.train.profiling import StepProfiler
+from titan_fp8.train.step_check import StepCheck
 
 
 class NonFiniteStepError(RuntimeError):
@@ -199,6 +207,61 @@ def run(cfg: JobConfig, log=print) -> dict:
     sync_debug = os.environ.get("TITAN_FP8_SYNC_DEBUG") == "1" and device.type == "cuda"
     profiler = StepProfiler(cfg.profiling, cfg.job.dump_folder, rank, device.type, log=say)
     collector = GarbageCollection(t.gc_freq)  # [training] gc_freq: collect at fixed steps, not mid-step
+    deferred = t.nonfinite_check == "deferred"
+    waiting = None  # deferred: the step whose check the host has not read yet (at most one)
+
+    def apply_update(found_inf):
+        """The optimizer step and what follows it. found_inf (0-dim, on the device) = 1.0: the fused AdamW
+        leaves parameters and moments as they are, and the router biases stay, as for a skipped step."""
+        if found_inf is not None:
+            optimizer.found_inf = found_inf  # read by the fused AdamW (what torch's GradScaler hands it)
+        try:
+            optimizer.step()
+        finally:
+            if found_inf is not None:
+                del optimizer.found_inf
+        scheduler.step()  # the schedule follows the step count, skipped or not
+        optimizer.zero_grad(set_to_none=True)
+        model.update_router_biases(skip=found_inf)
+        if precompute_scales:
+            precompute_float8_dynamic_scale_for_fsdp(model)  # ONE all-reduce for every float8 weight
+
+    def read_check(check: StepCheck) -> None:
+        """Wait for the check's values; a failing step stops the run here unless skip_nonfinite_steps."""
+        with allow_sync(sync_debug):
+            check.read()
+        if check.nonfinite and not t.skip_nonfinite_steps:
+            done = ("stopping before the optimizer step" if not deferred
+                    else "stopping (the GPU skipped that step's update)")
+            raise NonFiniteStepError(f"{check.describe()}; {done}, no checkpoint written. "
+                                     "Set [training] skip_nonfinite_steps = true to skip such steps.")
+
+    def settle(check: StepCheck, extra: dict | None = None) -> None:
+        """Read a step's check and log its record (metrics on log steps)."""
+        nonlocal last_skipped
+        read_check(check)
+        record = dict(extra or {})
+        if check.nonfinite:
+            say(f"{check.describe()}; step skipped ([training] skip_nonfinite_steps)")
+            record["skipped"] = True
+        else:
+            if check.profiled:  # the profiler slows this step: its time stays out of the throughput
+                metrics.exclude(time.perf_counter() - check.t_start)
+                record["profiled"] = True
+            else:
+                metrics.step_done(check.data_wait, check.sync_wait)
+            if check.step == start_step + 1 and cfg.compile.enable:
+                from torch._dynamo.utils import counters
+
+                breaks = sum(counters["graph_break"].values())
+                say(f"compile: {breaks} graph break(s) in the compiled blocks after the first step"
+                    + ("" if not breaks else f": {str(dict(counters['graph_break']))[:400]}"))
+            record["aux_loss"] = check.aux_loss
+        last_skipped = check.nonfinite
+        if (check.nonfinite or "val_loss" in record or check.step == start_step + 1
+                or check.step % cfg.metrics.log_freq == 0 or check.step == t.steps):
+            metrics.emit(check.step, t.steps, check.loss, check.grad_norm, check.lr, extra=record)
+
     for step in range(start_step + 1, t.steps + 1):
         collector.step(step)
         if sync_debug and step == start_step + 3:
@@ -221,72 +284,54 @@ def run(cfg: JobConfig, log=print) -> dict:
         loss.backward()
         grad_norm = grad_norm_and_clip(params, t.max_norm).to(device)
 
-        # The one host sync: [loss non-finite on rank r for every r, loss, aux loss, grad norm], summed over
-        # ranks. Every rank learns whether any rank's step is bad before the optimizer runs.
+        # The step's check: [loss non-finite on rank r for every r, loss, aux loss, grad norm], summed over
+        # ranks in ONE all-reduce, so every rank reaches the same verdict. Its copy to the host starts now.
         bad = torch.zeros(world, device=device)
         bad[rank] = (~torch.isfinite(loss.detach())).float()
         stats = torch.cat([bad, torch.stack([ce_loss.detach(), aux_loss.detach().float(), grad_norm.float()])])
         dist.all_reduce(stats)
-        t_sync = time.perf_counter()
-        with allow_sync(sync_debug):
-            stats = stats.tolist()
-        sync_wait = time.perf_counter() - t_sync  # the host waiting for the GPU (metrics: sync_wait_share)
-        bad_ranks = [r for r in range(world) if stats[r] != 0]
-        loss_avg, aux_avg, gnorm = stats[world] / world, stats[world + 1] / world, stats[world + 2] / world
-        nonfinite = bool(bad_ranks) or not math.isfinite(gnorm)
-        lr = scheduler.get_last_lr()[0]
-
-        if nonfinite:
-            what = (f"step {step}: non-finite " + (f"loss on rank(s) {bad_ranks}, " if bad_ranks else "")
-                    + f"grad_norm {gnorm}, mean loss {loss_avg}")
-            if not t.skip_nonfinite_steps:
-                raise NonFiniteStepError(f"{what}; stopping before the optimizer step, no checkpoint written. "
-                                         "Set [training] skip_nonfinite_steps = true to skip such steps.")
-            say(f"{what}; step skipped ([training] skip_nonfinite_steps)")
-            optimizer.zero_grad(set_to_none=True)
-            scheduler.step()  # the schedule follows the step count, skipped or not
-            profiler.end(step)
-            record = {"skipped": True}
-        else:
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            model.update_router_biases()
-            if precompute_scales:
-                precompute_float8_dynamic_scale_for_fsdp(model)  # ONE all-reduce for every float8 weight
-            if profiler.wants(step):  # the profiler slows this step: its time stays out of the throughput
-                profiler.end(step)
-                metrics.exclude(time.perf_counter() - t_step)
-            else:
-                metrics.step_done(data_wait, sync_wait)
-            if step == start_step + 1 and cfg.compile.enable:
-                from torch._dynamo.utils import counters
-
-                breaks = sum(counters["graph_break"].values())
-                say(f"compile: {breaks} graph break(s) in the compiled blocks after the first step"
-                    + ("" if not breaks else f": {str(dict(counters['graph_break']))[:400]}"))
-            record = {"aux_loss": aux_avg}
-            if profiler.wants(step):
-                record["profiled"] = True
-        last_skipped = nonfinite
-
+        profiled = profiler.wants(step)
+        check = StepCheck.start(step, stats, world, scheduler.get_last_lr()[0], data_wait, t_step, profiled)
         validate = val_data is not None and (step % cfg.validation.freq == 0 or step == t.steps)
-        if validate:
-            t_val = time.perf_counter()
-            with allow_sync(sync_debug):
-                val_loss = evaluate(model, val_data, val_batches, device)
-            metrics.exclude(time.perf_counter() - t_val)  # validation is not training throughput
-            record["val_loss"] = val_loss
-        if nonfinite or validate or step == start_step + 1 or step % cfg.metrics.log_freq == 0 or step == t.steps:
-            metrics.emit(step, t.steps, loss_avg, gnorm, lr, extra=record)
-
-        if cfg.checkpoint.enable and step % cfg.checkpoint.interval == 0 and not nonfinite:
-            t_save = time.perf_counter()
-            with allow_sync(sync_debug):
-                say(f"checkpoint: saved {ckpt.save(step)}")
-            metrics.exclude(time.perf_counter() - t_save)  # saving is not training throughput
-            last_saved = step
-
+        save = cfg.checkpoint.enable and step % cfg.checkpoint.interval == 0
+        if deferred:
+            # The GPU skips a failing step's update itself (found_inf), so the host goes on without waiting;
+            # it reads the PREVIOUS step's check, which keeps it at most one step ahead of the GPU.
+            apply_update(check.found_inf)
+            if waiting is not None:
+                settle(waiting)
+            waiting = check
+            # a step whose outcome must be known now: saved, validated, profiled, the first, the last
+            settle_now = (save or validate or profiled or step in (start_step + 1, t.steps)
+                          or step == faults.exit_after_step)
+        else:
+            # The host waits for the whole backward, then runs the optimizer only for a good step.
+            waiting, settle_now = check, True
+            read_check(check)
+            if not check.nonfinite:
+                apply_update(None)
+            elif t.skip_nonfinite_steps:
+                optimizer.zero_grad(set_to_none=True)
+                scheduler.step()  # the schedule follows the step count, skipped or not
+        if profiled:
+            profiler.end(step)
+        if settle_now:
+            read_check(check)
+            val_extra = {}
+            if validate:
+                t_val = time.perf_counter()
+                with allow_sync(sync_debug):
+                    val_loss = evaluate(model, val_data, val_batches, device)
+                metrics.exclude(time.perf_counter() - t_val)  # validation is not training throughput
+                val_extra["val_loss"] = val_loss
+            settle(check, val_extra)
+            waiting = None
+            if save and not check.nonfinite:
+                t_save = time.perf_counter()
+                with allow_sync(sync_debug):
+                    say(f"checkpoint: saved {ckpt.save(step)}")
+                metrics.exclude(time.perf_counter() - t_save)  # saving is not training throughput
+                last_saved = step
         if step == faults.exit_after_step:
             os._exit(17)  # abrupt death of every rank, as if killed (tests of resume)
 
