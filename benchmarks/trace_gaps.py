@@ -64,12 +64,24 @@ def attribute(events: list[dict], gaps, min_gap_us: float) -> list[dict]:
     return [{"host": k, "idle_ms": round(v / 1e3, 3), "gaps": count[k]} for k, v in total.most_common()]
 
 
+def kernel_totals(events: list[dict]) -> list[dict]:
+    """GPU time per kernel name (summed durations; NCCL kernels run on their own streams beside the compute and
+    spin while they wait, so they overlap the rest), largest first."""
+    total, count = collections.Counter(), collections.Counter()
+    for e in events:
+        if e.get("cat") in GPU_CATS:
+            total[e["name"][:100]] += e["dur"]
+            count[e["name"][:100]] += 1
+    return [{"kernel": k, "ms": round(v / 1e3, 3), "calls": count[k]} for k, v in total.most_common()]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--min-gap-us", type=float, default=30.0)
     ap.add_argument("--json", default=None, help="also write the numbers here")
+    ap.add_argument("--kernels", type=int, default=0, help="also print the N kernels with the most GPU time")
     args = ap.parse_args(argv)
     events = load_events(args.trace)
     span, busy, gaps = gpu_gaps(events)
@@ -81,10 +93,16 @@ def main(argv=None) -> int:
     print(f"{'idle ms':>9} {'gaps':>5}  host work the GPU waited under")
     for r in rows[:args.top]:
         print(f"{r['idle_ms']:9.2f} {r['gaps']:5d}  {r['host']}")
+    kernels = kernel_totals(events)
+    if args.kernels:
+        compute = sum(k["ms"] for k in kernels if "nccl" not in k["kernel"].lower())
+        print(f"GPU time of non-NCCL activity {compute:.2f} ms; the {args.kernels} largest:")
+        for k in kernels[:args.kernels]:
+            print(f"{k['ms']:9.3f} {k['calls']:5d}  {k['kernel']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"trace": args.trace, "span_ms": span / 1e3, "busy_ms": busy / 1e3, "gaps": len(gaps),
-                       "by_host_op": rows}, f, indent=1)
+                       "by_host_op": rows, "kernels": kernels[:200]}, f, indent=1)
     return 0
 
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from benchmarks.trace_gaps import attribute, gpu_gaps, load_events, main
+from benchmarks.trace_gaps import attribute, gpu_gaps, kernel_totals, load_events, main
 
 
 def _trace(tmp_path):
@@ -47,3 +47,16 @@ def test_bad_trace_is_named(tmp_path):
     cpu_only.write_text(json.dumps({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "ts": 0, "dur": 1}]}))
     with pytest.raises(SystemExit, match="no GPU activity"):
         gpu_gaps(load_events(str(cpu_only)))
+
+
+def test_kernel_totals_sum_each_name(tmp_path, capsys):
+    events = load_events(_trace(tmp_path))
+    events.append({"ph": "X", "cat": "kernel", "name": "k1", "ts": 500, "dur": 30})
+    events.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather", "ts": 0, "dur": 900})
+    rows = kernel_totals(events)
+    assert rows[0] == {"kernel": "ncclDevKernel_AllGather", "ms": 0.9, "calls": 1}
+    assert rows[1] == {"kernel": "k1", "ms": 0.13, "calls": 2}
+    assert sum(r["ms"] for r in rows) == pytest.approx(0.9 + 0.13 + 0.05 + 0.04 + 0.05 + 0.04)
+    assert main([str(tmp_path / "t.json"), "--kernels", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU time of non-NCCL activity 0.28 ms; the 2 largest:" in out and "k1" in out
