@@ -124,11 +124,11 @@ def test_failed_runs_show_their_log_tail_and_the_others_finish(compared):
     out, proc, summary = compared
     assert proc.returncode == 1, explain(proc)
     with open(os.path.join(out, "diverge", "train.log")) as f:
-        last_line = f.read().strip().splitlines()[-1].strip()  # AdamW's overflow error (lr 1e38)
+        last_line = f.read().strip().splitlines()[-1].strip()  # lr 1e38: the non-finite step stops the run
     runs = summary["runs"]
     assert runs["diverge"]["status"] == "failed" and runs["diverge"]["exit_code"] not in (0, None)
     assert f"diverge: FAILED (exit {runs['diverge']['exit_code']})" in proc.stdout
-    assert last_line in proc.stdout.split("diverge: FAILED")[1] and "Error" in last_line, last_line
+    assert last_line in proc.stdout.split("diverge: FAILED")[1] and "error" in last_line.lower(), last_line
     assert runs["diverge"]["log_tail"].endswith(last_line) and runs["diverge"]["final_train_loss"] is None
     assert "typo: FAILED before starting" in proc.stdout and "float8.recipe_nam: unknown key" in proc.stdout
     assert "tensorwise: ok" in proc.stdout.split("diverge: FAILED")[1]  # ran after the failure

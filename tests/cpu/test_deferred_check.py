@@ -58,3 +58,30 @@ def test_deferred_stop_names_the_step_and_logs_nothing_after_it(tmp_path_factory
     assert len(lines) == 1, explain(proc)
     assert "step 4" in lines[0] and "rank(s) [1]" in lines[0] and "skipped that step's update" in lines[0]
     assert [r["step"] for r in metrics(dump)] == [1, 2, 3]
+
+
+
+def test_steps_read_at_once_are_timed_as_whole_steps(tmp_path):
+    # no validation: step 6 (the last) is read at once, right after step 5 was read a step late. Its record's
+    # time must still be its step's (issue-complete to issue-complete), not the moment between the two reads
+    dump = str(tmp_path / "timed")
+    proc = run_train(dump, 1, [*ARGS, "--validation.enable=false", "--training.steps=8"])
+    assert proc.returncode == 0, explain(proc)
+    recs = metrics(dump)
+    times = {r["step"]: r["step_time_s"] for r in recs}
+    typical = sorted(times[s] for s in range(2, 8))[2]
+    assert times[8] > typical / 3, times
+    assert all(0 <= r["data_wait_share"] <= 1 and 0 <= r["sync_wait_share"] < 1 for r in recs), recs
+
+
+def test_metrics_window_is_the_sum_of_step_times():
+    import torch
+
+    from titan_fp8.train.metrics import MetricsLogger
+
+    m = MetricsLogger("unused", 1, torch.device("cpu"), 1.0, 100, False)  # rank 1 writes no file
+    m.step_done(0.1, 0.0, 0.5)
+    m.step_done(0.1, 0.2, 1.5)
+    rec = m.emit(2, 2, 1.0, 1.0, 1e-3)
+    assert rec["step_time_s"] == 1.0 and rec["tps_per_gpu"] == 100.0
+    assert rec["data_wait_share"] == 0.1 and rec["sync_wait_share"] == 0.1

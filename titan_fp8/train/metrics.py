@@ -60,20 +60,21 @@ class MetricsLogger:
                 except ImportError as e:
                     raise RuntimeError(f"[metrics] enable_tensorboard = true but tensorboard is missing ({e})")
                 self._tb = SummaryWriter(os.path.join(dump_folder, "tb"))
-        self._window_start = time.perf_counter()
-        self._window_steps = 0
-        self._window_data_wait = 0.0
-        self._window_sync_wait = 0.0
+        self.restart_window()
 
     def header(self) -> str:
         peak = (f"MFU vs bf16 dense peak {self.peak_tflops} TFLOP/s of {self.device_name}"
                 if self.peak_tflops else f"MFU not reported (no bf16 peak known for {self.device_name})")
         return f"metrics: {peak}; FLOPs/token = {self.flops_per_token:.4g} (active parameters)"
 
-    def step_done(self, data_wait_s: float, sync_wait_s: float = 0.0) -> None:
+    def step_done(self, data_wait_s: float, sync_wait_s: float = 0.0, seconds: Optional[float] = None) -> None:
         """sync_wait_s: how long the host waited for the GPU at the step's one sync. Near 0 the host was the
-        bottleneck (it issued work no faster than the GPU ran it); large, the GPU was."""
+        bottleneck (it issued work no faster than the GPU ran it); large, the GPU was. `seconds`: the step's time
+        as the trainer measured it; when the steps of a window give theirs, the window's time is their sum (the
+        host may read a step's check a step later, so the wall time between two records is not one step's)."""
         self._window_steps += 1
+        if seconds is not None:
+            self._window_seconds += seconds
         self._window_data_wait += data_wait_s
         self._window_sync_wait += sync_wait_s
 
@@ -84,12 +85,13 @@ class MetricsLogger:
     def restart_window(self) -> None:
         self._window_start = time.perf_counter()
         self._window_steps = 0
+        self._window_seconds = 0.0
         self._window_data_wait = 0.0
         self._window_sync_wait = 0.0
 
     def emit(self, step: int, total_steps: int, loss: float, grad_norm: float, lr: float,
              extra: Optional[dict] = None) -> dict:
-        elapsed = max(time.perf_counter() - self._window_start, 1e-9)
+        elapsed = self._window_seconds or max(time.perf_counter() - self._window_start, 1e-9)
         steps = max(self._window_steps, 1)
         tps = self.tokens_per_step * steps / elapsed
         tflops = tps * self.flops_per_token / 1e12

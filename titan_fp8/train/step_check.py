@@ -22,16 +22,16 @@ class StepCheck:
     world: int
     lr: float
     data_wait: float  # seconds this step's host waited for its batch
-    t_start: float  # perf_counter at the step's start
     profiled: bool
     found_inf: torch.Tensor
     _host: torch.Tensor
     _ready: Optional[torch.cuda.Event]
     values: Optional[list] = None
     sync_wait: float = 0.0  # seconds the host waited for these values (the GPU was behind)
+    seconds: Optional[float] = None  # the step's time (the trainer sets it: issue-complete to issue-complete)
 
     @classmethod
-    def start(cls, step: int, stats: torch.Tensor, world: int, lr: float, data_wait: float, t_start: float,
+    def start(cls, step: int, stats: torch.Tensor, world: int, lr: float, data_wait: float,
               profiled: bool = False) -> "StepCheck":
         """`stats`: the all-reduced check vector. Starts its copy to the host; waits for nothing."""
         found_inf = ((stats[:world].sum() > 0) | ~torch.isfinite(stats[world + 2])).float()
@@ -43,7 +43,7 @@ class StepCheck:
             ready.record()
         else:
             host = stats
-        return cls(step, world, lr, data_wait, t_start, profiled, found_inf, host, ready)
+        return cls(step, world, lr, data_wait, profiled, found_inf, host, ready)
 
     def read(self) -> None:
         """Wait until the values are on the host (once); sync_wait: how long that took."""

@@ -246,10 +246,9 @@ def run(cfg: JobConfig, log=print) -> dict:
             record["skipped"] = True
         else:
             if check.profiled:  # the profiler slows this step: its time stays out of the throughput
-                metrics.exclude(time.perf_counter() - check.t_start)
                 record["profiled"] = True
             else:
-                metrics.step_done(check.data_wait, check.sync_wait)
+                metrics.step_done(check.data_wait, check.sync_wait, check.seconds)
             if check.step == start_step + 1 and cfg.compile.enable:
                 from torch._dynamo.utils import counters
 
@@ -262,11 +261,15 @@ def run(cfg: JobConfig, log=print) -> dict:
                 or check.step % cfg.metrics.log_freq == 0 or check.step == t.steps):
             metrics.emit(check.step, t.steps, check.loss, check.grad_norm, check.lr, extra=record)
 
+    # A step's time runs from the moment the previous step's work was all issued to the moment its own was: the
+    # step period whichever step the host waits for. Host time that is not training (validation, checkpoint
+    # saves, the profiler's export) is left out of the step after it.
+    t_issued = time.perf_counter()
+    not_training = 0.0
     for step in range(start_step + 1, t.steps + 1):
         collector.step(step)
         if sync_debug and step == start_step + 3:
             torch.cuda.set_sync_debug_mode("warn")
-        t_step = time.perf_counter()
         profiler.begin(step)  # [profiling]: one step in every profile_freq
         t_data = time.perf_counter()
         inputs, labels = data.next_batch()
@@ -291,7 +294,7 @@ def run(cfg: JobConfig, log=print) -> dict:
         stats = torch.cat([bad, torch.stack([ce_loss.detach(), aux_loss.detach().float(), grad_norm.float()])])
         dist.all_reduce(stats)
         profiled = profiler.wants(step)
-        check = StepCheck.start(step, stats, world, scheduler.get_last_lr()[0], data_wait, t_step, profiled)
+        check = StepCheck.start(step, stats, world, scheduler.get_last_lr()[0], data_wait, profiled)
         validate = val_data is not None and (step % cfg.validation.freq == 0 or step == t.steps)
         save = cfg.checkpoint.enable and step % cfg.checkpoint.interval == 0
         if deferred:
@@ -313,8 +316,11 @@ def run(cfg: JobConfig, log=print) -> dict:
             elif t.skip_nonfinite_steps:
                 optimizer.zero_grad(set_to_none=True)
                 scheduler.step()  # the schedule follows the step count, skipped or not
+        now = time.perf_counter()
+        check.seconds, t_issued, not_training = now - t_issued - not_training, now, 0.0
         if profiled:
             profiler.end(step)
+            not_training += time.perf_counter() - now
         if settle_now:
             read_check(check)
             val_extra = {}
@@ -322,7 +328,7 @@ def run(cfg: JobConfig, log=print) -> dict:
                 t_val = time.perf_counter()
                 with allow_sync(sync_debug):
                     val_loss = evaluate(model, val_data, val_batches, device)
-                metrics.exclude(time.perf_counter() - t_val)  # validation is not training throughput
+                not_training += time.perf_counter() - t_val  # validation is not training throughput
                 val_extra["val_loss"] = val_loss
             settle(check, val_extra)
             waiting = None
@@ -330,7 +336,7 @@ def run(cfg: JobConfig, log=print) -> dict:
                 t_save = time.perf_counter()
                 with allow_sync(sync_debug):
                     say(f"checkpoint: saved {ckpt.save(step)}")
-                metrics.exclude(time.perf_counter() - t_save)  # saving is not training throughput
+                not_training += time.perf_counter() - t_save  # saving is not training throughput
                 last_saved = step
         if step == faults.exit_after_step:
             os._exit(17)  # abrupt death of every rank, as if killed (tests of resume)
