@@ -81,8 +81,8 @@ def test_fsdp_float8_all_gather_over_nccl(tmp_path):
         assert all(r["gather_exact"].values()), r["gather_exact"]
         assert r["pre"]["per_step_max_allreduce"] == [1] * 10
         assert r["pre"]["losses"] == r["nopre"]["losses"] == r["ref"]["losses"]
-        # one Triton launch per block all-gather (batch_tensorwise_casts), the same losses bit for bit
-        assert r["batched"]["losses"] == r["pre"]["losses"] and r["batched_calls"]["many"] == 2 * 2 * 10
+        # one Triton launch per block and step (forward's; backward's regather takes its bytes), same losses bit for bit
+        assert r["batched"]["losses"] == r["pre"]["losses"] and r["batched_calls"]["many"] == 2 * 10
         assert r["batched_stale"]["losses"] == r["stale"]["losses"]
         assert r["dcp"]["after_load"] == r["dcp"]["after_save"]
         assert all(r["mxfp8"]["exact"].values()) and r["mxfp8"]["max_allreduce_on"] == [0, 0, 0]
