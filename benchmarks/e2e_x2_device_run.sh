@@ -20,7 +20,7 @@
 #     run(command="bash benchmarks/e2e_x2_device_run.sh speed", carry=[".whl"], timeout_s=600)
 # Whatever happens, the call ends inside X2_BUDGET seconds (default 560) with everything packed into
 # $OUT/e2e_x2.tgz and the log in $OUT/e2e_x2.log: session 9's first call ran past its limit and returned nothing.
-# X2_STEPS (default 25): steps per run.
+# X2_STEPS (default 25): steps per run. X2_RECIPES: another --recipes list for the call.
 set -u
 PART=${1:-speed}
 BUDGET=${X2_BUDGET:-560}
@@ -42,6 +42,7 @@ case $PART in
   all) R="bf16,tensorwise,tw_noag:tensorwise,enable_fsdp_float8_all_gather=false,precompute_float8_dynamic_scale_for_fsdp=false,tensorwise_fp8_rowwise_experts,tensorwise_mx128_experts,tw_ctas16:tensorwise,comm.nccl_max_ctas=16,tw_ctas8:tensorwise,comm.nccl_max_ctas=8,mxfp8_mx128,mxfp8_mx128_linears,mxfp8_mx32_experts" ;;
   *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | modes | check | profile | ctas | ep | all)"; exit 2 ;;
 esac
+R=${X2_RECIPES:-$R}  # X2_RECIPES: compare.py --recipes for this call instead of the part's list
 {
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site
