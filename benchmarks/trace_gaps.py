@@ -9,11 +9,16 @@ least --min-gap-us is attributed to the innermost host op (cpu_op / user_annotat
 spans all of it, with its two enclosing ops ("<" reads "inside"); gaps that no single host op spans are listed
 by the GPU activity that ended them. A step whose idle time sits under FSDP hooks, compiled-graph calls or
 autograd Functions is host-bound there: the host was still issuing the work the GPU waited for.
+
+--exposed N also lists the N NCCL kernels with the most time during which no other GPU work ran (communication
+the compute waited for; an NCCL kernel's own duration says little, it spins while its peer is late), each with
+the host ops that launched it (via the launch's correlation id) and where in the span it started.
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import bisect
 import json
 import sys
 
@@ -75,6 +80,63 @@ def kernel_totals(events: list[dict]) -> list[dict]:
     return [{"kernel": k, "ms": round(v / 1e3, 3), "calls": count[k]} for k, v in total.most_common()]
 
 
+def _is_nccl(e: dict) -> bool:
+    return "nccl" in e["name"].lower()
+
+
+def _merged(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _covered(merged: list[tuple[float, float]], a: float, b: float) -> float:
+    """How much of [a, b) the merged intervals cover."""
+    i = bisect.bisect_right(merged, (a, float("inf"))) - 1
+    i = max(i, 0)
+    got = 0.0
+    while i < len(merged) and merged[i][0] < b:
+        lo, hi = max(a, merged[i][0]), min(b, merged[i][1])
+        got += max(0.0, hi - lo)
+        i += 1
+    return got
+
+
+def exposed_comm(events: list[dict]) -> tuple[float, list[dict]]:
+    """(us during which an NCCL kernel ran and no other GPU activity did, [one row per NCCL kernel with exposed
+    time: exposed_ms, ms, kernel, host (the launching host ops, innermost first), at_ms (start, from the span's
+    start)], most exposed first)."""
+    gpu = [e for e in events if e.get("cat") in GPU_CATS]
+    if not gpu:
+        raise SystemExit("trace_gaps: no GPU activity in the trace (profiled without CUDA?)")
+    t0 = min(e["ts"] for e in gpu)
+    compute = _merged([(e["ts"], e["ts"] + e["dur"]) for e in gpu if not _is_nccl(e)])
+    nccl = [e for e in gpu if _is_nccl(e)]
+    only_nccl = _merged([(e["ts"], e["ts"] + e["dur"]) for e in nccl])
+    total = sum(b - a - _covered(compute, a, b) for a, b in only_nccl)
+    launch = {e.get("args", {}).get("correlation"): e["ts"] for e in events
+              if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") is not None}
+    host = [e for e in events if e.get("cat") in HOST_CATS]
+    rows = []
+    for e in nccl:
+        a, b = e["ts"], e["ts"] + e["dur"]
+        exposed = (b - a) - _covered(compute, a, b)
+        if exposed <= 0:
+            continue
+        at = launch.get(e.get("args", {}).get("correlation"))
+        spans = sorted((h for h in host if at is not None and h["ts"] <= at <= h["ts"] + h["dur"]),
+                       key=lambda h: h["dur"])
+        rows.append({"exposed_ms": round(exposed / 1e3, 3), "ms": round(e["dur"] / 1e3, 3), "kernel": e["name"][:40],
+                     "host": " < ".join(h["name"][:40] for h in spans[:4]) or "(launch not in the trace)",
+                     "at_ms": round((a - t0) / 1e3, 2)})
+    rows.sort(key=lambda r: -r["exposed_ms"])
+    return total, rows
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("trace")
@@ -82,6 +144,8 @@ def main(argv=None) -> int:
     ap.add_argument("--min-gap-us", type=float, default=30.0)
     ap.add_argument("--json", default=None, help="also write the numbers here")
     ap.add_argument("--kernels", type=int, default=0, help="also print the N kernels with the most GPU time")
+    ap.add_argument("--exposed", type=int, default=0,
+                    help="also print the N NCCL kernels with the most time that no other GPU work overlapped")
     args = ap.parse_args(argv)
     events = load_events(args.trace)
     span, busy, gaps = gpu_gaps(events)
@@ -99,10 +163,18 @@ def main(argv=None) -> int:
         print(f"GPU time of non-NCCL activity {compute:.2f} ms; the {args.kernels} largest:")
         for k in kernels[:args.kernels]:
             print(f"{k['ms']:9.3f} {k['calls']:5d}  {k['kernel']}")
+    exposed_us, exposed = exposed_comm(events)
+    if args.exposed:
+        print(f"NCCL alone on the GPU (nothing else running) {exposed_us / 1e3:.2f} ms ({100 * exposed_us / span:.1f}% "
+              f"of the span); the {args.exposed} NCCL kernels with the most of it:")
+        print(f"{'alone ms':>9} {'of ms':>7} {'at ms':>7}  kernel  < launched under")
+        for r in exposed[:args.exposed]:
+            print(f"{r['exposed_ms']:9.3f} {r['ms']:7.3f} {r['at_ms']:7.2f}  {r['kernel']}  < {r['host']}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"trace": args.trace, "span_ms": span / 1e3, "busy_ms": busy / 1e3, "gaps": len(gaps),
-                       "by_host_op": rows, "kernels": kernels[:200]}, f, indent=1)
+                       "by_host_op": rows, "kernels": kernels[:200], "nccl_alone_ms": exposed_us / 1e3,
+                       "nccl_exposed": exposed}, f, indent=1)
     return 0
 
 

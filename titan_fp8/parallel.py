@@ -241,5 +241,10 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
         fully_shard(model.layers[name], reshard_after_forward=reshard, **fsdp_kwargs)
         if job_config.float8.enable:
             batch_weight_casts(model.layers[name])  # one launch per block all-gather and kind, not one per weight
+    depth = job_config.parallelism.fsdp_forward_prefetch
+    if depth:  # each block issues the next `depth` blocks' all-gathers when its own forward starts
+        blocks = [model.layers[name] for name in names]
+        for i, block in enumerate(blocks[:-1]):
+            block.set_modules_to_forward_prefetch(blocks[i + 1:i + 1 + depth])
     fully_shard(model, **fsdp_kwargs)
     return model

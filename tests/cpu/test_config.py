@@ -76,6 +76,7 @@ def test_nested_model_table(tmp_path):
     ("[model]\nmoe.color = 1\n", [], ["[model] moe.color: unknown key", "top_k"]),
     ("[model]\nwidth = 1\n", [], ["[model] width: unknown key", "n_layers"]),
     ("[optimizer]\nlr = -1.0\n", [], ["[optimizer] lr = -1.0", "must be > 0"]),
+    ("[parallelism]\nfsdp_forward_prefetch = -1\n", [], ["[parallelism] fsdp_forward_prefetch", "integer >= 0"]),
     ("[optimizer]\nname = \"SGD\"\n", [], ["[optimizer] name", "'AdamW'"]),
     ("[activation_checkpoint]\nmode = \"half\"\n", [], ["[activation_checkpoint] mode", "'selective'"]),
     ("[lr_scheduler]\ndecay_type = \"step\"\n", [], ["[lr_scheduler] decay_type", "'cosine'"]),

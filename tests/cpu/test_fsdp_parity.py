@@ -76,13 +76,15 @@ def test_hsdp_matches_one_rank(tmp_path_factory, runs):
 
 def test_reshard_after_forward_never_matches_one_rank(tmp_path_factory, runs):
     """[parallelism] fsdp_reshard_after_forward = "never": every block keeps its gathered weights from forward to
-    backward (no gather in backward). Same numbers as one rank; a block's FSDP2 state says it keeps them."""
+    backward (no gather in backward); with fsdp_forward_prefetch = 2 each block also issues the next two blocks'
+    all-gathers. Same numbers as one rank; a block's FSDP2 state says it keeps them, and whom it prefetches."""
     from _train_runs import TINY, explain, parallelized_debug_model, run_train
 
     one, _, _ = runs
     dump = str(tmp_path_factory.mktemp("never"))
     proc = run_train(dump, 2, [*TINY, "--training.local_batch_size=2",
-                               "--parallelism.fsdp_reshard_after_forward=never"])
+                               "--parallelism.fsdp_reshard_after_forward=never",
+                               "--parallelism.fsdp_forward_prefetch=2"])
     assert proc.returncode == 0, explain(proc)
     assert_same_steps(one, metrics(dump))
     for policy, want in (("never", [False] * 3), ("always", [True] * 3), ("default", [True, True, False])):
@@ -92,3 +94,7 @@ def test_reshard_after_forward_never_matches_one_rank(tmp_path_factory, runs):
             got = [b._get_fsdp_state()._fsdp_param_group.post_forward_mesh_info is not None
                    for b in model.layers.values()]
             assert got == want, (policy, got)
+    with parallelized_debug_model(["--parallelism.fsdp_forward_prefetch=2", "--compile.enable=false"]) as model:
+        states = [b._get_fsdp_state() for b in model.layers.values()]
+        got = [[states.index(t) for t in s._states_to_forward_prefetch] for s in states]
+        assert got == [[1, 2], [2], []], got

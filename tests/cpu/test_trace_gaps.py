@@ -60,3 +60,32 @@ def test_kernel_totals_sum_each_name(tmp_path, capsys):
     assert main([str(tmp_path / "t.json"), "--kernels", "2"]) == 0
     out = capsys.readouterr().out
     assert "GPU time of non-NCCL activity 0.28 ms; the 2 largest:" in out and "k1" in out
+
+
+def test_exposed_comm_counts_only_time_no_other_work_covers(tmp_path, capsys):
+    ev = [  # compute [0,100) [150,200); NCCL A [50,180) alone over [100,150); B [190,260) alone over [200,260);
+        # C [20,40) fully hidden; B's launch sits under "FSDP::all_gather (layers.1)" < "pre_forward"
+        {"ph": "X", "cat": "kernel", "name": "gemm", "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "kernel", "name": "norm", "ts": 150, "dur": 50},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather", "ts": 50, "dur": 130,
+         "args": {"correlation": 7}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_ReduceScatter", "ts": 190, "dur": 70,
+         "args": {"correlation": 8}},
+        {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce", "ts": 20, "dur": 20},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "ts": 12, "dur": 2, "args": {"correlation": 8}},
+        {"ph": "X", "cat": "user_annotation", "name": "pre_forward", "ts": 0, "dur": 30},
+        {"ph": "X", "cat": "user_annotation", "name": "FSDP::all_gather (layers.1)", "ts": 10, "dur": 10},
+    ]
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    from benchmarks.trace_gaps import exposed_comm
+    total, rows = exposed_comm(load_events(str(p)))
+    assert total == 50 + 60
+    assert [(r["kernel"], r["exposed_ms"], r["at_ms"]) for r in rows] == [
+        ("ncclDevKernel_ReduceScatter", 0.06, 0.19), ("ncclDevKernel_AllGather", 0.05, 0.05)]
+    assert rows[0]["host"] == "FSDP::all_gather (layers.1) < pre_forward"
+    assert rows[1]["host"] == "(launch not in the trace)"
+    assert main([str(p), "--exposed", "5", "--json", str(tmp_path / "o.json")]) == 0
+    out = capsys.readouterr().out
+    assert "NCCL alone on the GPU (nothing else running) 0.11 ms" in out
+    assert json.loads((tmp_path / "o.json").read_text())["nccl_alone_ms"] == pytest.approx(0.11)
