@@ -13,6 +13,8 @@
 #          tw + mx128 experts and bf16 with the old mid-step check ("before_optimizer") beside them
 #   profile bf16, tensorwise + mx128 experts and mx128 Linears + experts, each profiling its last step: GPU busy,
 #          the host work the GPU waited under, and the kernels with the most GPU time (trace_gaps.py --kernels)
+#   prefetch bf16 and tw + mx128 experts with and without [parallelism] fsdp_forward_prefetch = 1, each profiling
+#          its last step (trace_gaps --exposed: NCCL time nothing else overlapped)
 #   ctas   tensorwise + mx128 experts with NCCL_MAX_CTAS unset / 16 / 8
 #   ep     FSDP only vs EP=2 with bf16 and float8 dispatch, bf16 EP: issue 12 acc. 2
 #   all    session 9's list (every preset; needs two calls: run it again, it reuses finished runs)
@@ -37,10 +39,12 @@ case $PART in
   check) R="bf16,tensorwise_mx128_experts,tw_mx128_blocking:tensorwise_mx128_experts,training.nonfinite_check=before_optimizer,tw_mx128_never:tensorwise_mx128_experts,parallelism.fsdp_reshard_after_forward=never,bf16_never:bf16,parallelism.fsdp_reshard_after_forward=never,tensorwise,mxfp8_mx128_linears,bf16_blocking:bf16,training.nonfinite_check=before_optimizer" ;;
   profile) P="profiling.enable_profiling=true,profiling.profile_freq=${X2_STEPS:-25}"  # the last step: not in the median
          R="bf16_prof:bf16,$P,tw_mx128_prof:tensorwise_mx128_experts,$P,mx128_linears_prof:mxfp8_mx128_linears,$P" ;;
+  prefetch) P="profiling.enable_profiling=true,profiling.profile_freq=${X2_STEPS:-25}"
+         R="bf16_prof:bf16,$P,tw_mx128_prof:tensorwise_mx128_experts,$P,tw_mx128_pf1:tensorwise_mx128_experts,parallelism.fsdp_forward_prefetch=1,$P,bf16_pf1:bf16,parallelism.fsdp_forward_prefetch=1,$P" ;;
   ctas) R="tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8" ;;
   ep) R="bf16,tensorwise_fp8_rowwise_experts,ep2_tw_rw:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,ep2_tw_rw_f8d:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,dispatch_dtype=float8,ep2_bf16:bf16,parallelism.expert_parallel_degree=2" ;;
   all) R="bf16,tensorwise,tw_noag:tensorwise,enable_fsdp_float8_all_gather=false,precompute_float8_dynamic_scale_for_fsdp=false,tensorwise_fp8_rowwise_experts,tensorwise_mx128_experts,tw_ctas16:tensorwise,comm.nccl_max_ctas=16,tw_ctas8:tensorwise,comm.nccl_max_ctas=8,mxfp8_mx128,mxfp8_mx128_linears,mxfp8_mx32_experts" ;;
-  *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | modes | check | profile | ctas | ep | all)"; exit 2 ;;
+  *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | modes | check | profile | prefetch | ctas | ep | all)"; exit 2 ;;
 esac
 R=${X2_RECIPES:-$R}  # X2_RECIPES: compare.py --recipes for this call instead of the part's list
 {
@@ -69,7 +73,7 @@ kill $SMI 2>/dev/null
 for t in outputs/e2e_x2/*/profile_traces/iteration_*/rank0_trace.json; do
   [ -f "$t" ] || continue
   run=${t#outputs/e2e_x2/}; run=${run%%/*}
-  python3 benchmarks/trace_gaps.py "$t" --top 12 --kernels 25 --json "outputs/e2e_x2/$run/gaps_rank0.json" | head -45
+  python3 benchmarks/trace_gaps.py "$t" --top 12 --kernels 25 --exposed 14 --json "outputs/e2e_x2/$run/gaps_rank0.json" | head -62
 done
 find outputs/e2e_x2 -name "rank*_trace.json" -delete
 } > "$LOG" 2>&1
