@@ -15,6 +15,8 @@
 #          the host work the GPU waited under, and the kernels with the most GPU time (trace_gaps.py --kernels)
 #   prefetch bf16 and tw + mx128 experts with and without [parallelism] fsdp_forward_prefetch = 1, each profiling
 #          its last step (trace_gaps --exposed: NCCL time nothing else overlapped)
+#   carveout bf16 and tw + mx128 experts with [comm] matmul_sm_carveout unset / 8 / 16 / 32 (persistent GEMMs
+#          leave SMs to NCCL: session 12 saw forward all-gathers take ~10x their solo time under the GEMMs)
 #   ctas   tensorwise + mx128 experts with NCCL_MAX_CTAS unset / 16 / 8
 #   ep     FSDP only vs EP=2 with bf16 and float8 dispatch, bf16 EP: issue 12 acc. 2
 #   all    session 9's list (every preset; needs two calls: run it again, it reuses finished runs)
@@ -41,10 +43,12 @@ case $PART in
          R="bf16_prof:bf16,$P,tw_mx128_prof:tensorwise_mx128_experts,$P,mx128_linears_prof:mxfp8_mx128_linears,$P" ;;
   prefetch) P="profiling.enable_profiling=true,profiling.profile_freq=${X2_STEPS:-25}"
          R="bf16_prof:bf16,$P,tw_mx128_prof:tensorwise_mx128_experts,$P,tw_mx128_pf1:tensorwise_mx128_experts,parallelism.fsdp_forward_prefetch=1,$P,bf16_pf1:bf16,parallelism.fsdp_forward_prefetch=1,$P" ;;
+  carveout) P="profiling.enable_profiling=true,profiling.profile_freq=${X2_STEPS:-25}"
+         R="bf16,tensorwise_mx128_experts,tw_mx128_c8:tensorwise_mx128_experts,comm.matmul_sm_carveout=8,$P,tw_mx128_c16:tensorwise_mx128_experts,comm.matmul_sm_carveout=16,$P,tw_mx128_c32:tensorwise_mx128_experts,comm.matmul_sm_carveout=32,bf16_c16:bf16,comm.matmul_sm_carveout=16" ;;
   ctas) R="tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8" ;;
   ep) R="bf16,tensorwise_fp8_rowwise_experts,ep2_tw_rw:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,ep2_tw_rw_f8d:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,dispatch_dtype=float8,ep2_bf16:bf16,parallelism.expert_parallel_degree=2" ;;
   all) R="bf16,tensorwise,tw_noag:tensorwise,enable_fsdp_float8_all_gather=false,precompute_float8_dynamic_scale_for_fsdp=false,tensorwise_fp8_rowwise_experts,tensorwise_mx128_experts,tw_ctas16:tensorwise,comm.nccl_max_ctas=16,tw_ctas8:tensorwise,comm.nccl_max_ctas=8,mxfp8_mx128,mxfp8_mx128_linears,mxfp8_mx32_experts" ;;
-  *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | modes | check | profile | prefetch | ctas | ep | all)"; exit 2 ;;
+  *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | modes | check | profile | prefetch | carveout | ctas | ep | all)"; exit 2 ;;
 esac
 R=${X2_RECIPES:-$R}  # X2_RECIPES: compare.py --recipes for this call instead of the part's list
 {

@@ -119,7 +119,7 @@ def exposed_comm(events: list[dict]) -> tuple[float, list[dict]]:
     only_nccl = _merged([(e["ts"], e["ts"] + e["dur"]) for e in nccl])
     total = sum(b - a - _covered(compute, a, b) for a, b in only_nccl)
     launch = {e.get("args", {}).get("correlation"): e["ts"] for e in events
-              if e.get("cat") == "cuda_runtime" and e.get("args", {}).get("correlation") is not None}
+              if e.get("cat") in ("cuda_runtime", "cuda_driver") and e.get("args", {}).get("correlation") is not None}
     host = [e for e in events if e.get("cat") in HOST_CATS]
     rows = []
     for e in nccl:

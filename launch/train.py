@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     import torch.distributed as dist
 
-    from titan_fp8.parallel import apply_comm_env
+    from titan_fp8.parallel import apply_comm_env, apply_matmul_sm_carveout
     from titan_fp8.train.checkpoint import CheckpointError
     from titan_fp8.train.trainer import NonFiniteStepError, run
 
@@ -100,14 +100,19 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.comm.cpu_affinity != "none":
             return _fail(f"{cfg.source}: [comm] cpu_affinity = {cfg.comm.cpu_affinity!r} binds each rank to its "
                          f"GPU's CPUs; there is no GPU here (use 'none')", 2)
+    try:
+        carveout_line = apply_matmul_sm_carveout(cfg)
+    except RuntimeError as e:
+        return _fail(str(e), 2)
     if "RANK" in os.environ:
         dist.init_process_group(backend, device_id=device_id)
     else:  # a single process started without torchrun
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, device_id=device_id)
     if _is_rank0():
         _log(comm_line + ("" if backend == "nccl" else " (not used: gloo backend)"))
-        if affinity_line:
-            _log(affinity_line)
+        for line in (affinity_line, carveout_line):
+            if line:
+                _log(line)
 
     code = 0
     try:

@@ -158,6 +158,10 @@ class Comm:
     nccl_max_ctas: Optional[int] = None  # exported as NCCL_MAX_CTAS unless the environment already sets it
     # "gpu_numa_node": each rank runs on the CPUs of its GPU's NUMA node (train/affinity.py); "none": the OS places it
     cpu_affinity: str = "none"
+    # SMs every persistent GEMM leaves free (torch's SM carve-out: cuBLAS(Lt), torch's grouped / scaled CUTLASS
+    # GEMMs, our CUTLASS mx128 grouped GEMM), so that NCCL's CTAs find an SM while a GEMM runs: an FSDP2
+    # all-gather under persistent GEMMs can take ~10x its time alone. None: no carve-out.
+    matmul_sm_carveout: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -501,6 +505,8 @@ def _validate(cfg: JobConfig, where) -> None:
          "allowed: 'none', 'full', 'selective'")
     n = cfg.comm.nccl_max_ctas
     need(n is None or 1 <= n <= 64, "comm", "nccl_max_ctas", "must be in [1, 64] (NCCL's range)")
+    c = cfg.comm.matmul_sm_carveout
+    need(c is None or 0 <= c <= 64, "comm", "matmul_sm_carveout", "must be in [0, 64] (SMs left to NCCL) or unset")
     need(cfg.comm.cpu_affinity in ("none", "gpu_numa_node"), "comm", "cpu_affinity",
          "allowed: 'none', 'gpu_numa_node'")
     _validate_float8(cfg, where)

@@ -27,6 +27,27 @@ def apply_comm_env(cfg: JobConfig) -> str:
     return "NCCL_MAX_CTAS unset: NCCL's default"
 
 
+def apply_matmul_sm_carveout(cfg: JobConfig) -> str | None:
+    """[comm] matmul_sm_carveout -> torch's SM carve-out for persistent GEMMs (this process, its current GPU).
+    Returns a log line, or None when the key is unset. Call after torch.cuda.set_device."""
+    n = cfg.comm.matmul_sm_carveout
+    if n is None:
+        return None
+    if not torch.cuda.is_available():
+        return f"[comm] matmul_sm_carveout = {n} from {cfg.source}: not applied (no GPU)"
+    setter = getattr(torch._C, "_set_sm_carveout_experimental", None)
+    if setter is None:
+        raise RuntimeError(f"{cfg.source}: [comm] matmul_sm_carveout = {n} needs torch._C._set_sm_carveout_experimental"
+                           f", which torch {torch.__version__} does not have (unset the key)")
+    sms = torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+    if n >= sms:
+        raise RuntimeError(f"{cfg.source}: [comm] matmul_sm_carveout = {n} leaves no SM of this GPU's {sms} to GEMMs")
+    with warnings.catch_warnings():  # torch warns once that the knob is experimental; our log line says it
+        warnings.simplefilter("ignore")
+        setter(n)
+    return f"GEMMs leave {n} of {sms} SMs to NCCL ([comm] matmul_sm_carveout in {cfg.source})"
+
+
 def build_mesh(cfg: JobConfig, device_type: str, world_size: int) -> DeviceMesh:
     """1-D ("dp_shard") mesh for FSDP; with data_parallel_replicate_degree > 1, 2-D (dp_replicate, dp_shard) = HSDP.
 

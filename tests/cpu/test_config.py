@@ -77,6 +77,7 @@ def test_nested_model_table(tmp_path):
     ("[model]\nwidth = 1\n", [], ["[model] width: unknown key", "n_layers"]),
     ("[optimizer]\nlr = -1.0\n", [], ["[optimizer] lr = -1.0", "must be > 0"]),
     ("[parallelism]\nfsdp_forward_prefetch = -1\n", [], ["[parallelism] fsdp_forward_prefetch", "integer >= 0"]),
+    ("[comm]\nmatmul_sm_carveout = 200\n", [], ["[comm] matmul_sm_carveout", "[0, 64]"]),
     ("[optimizer]\nname = \"SGD\"\n", [], ["[optimizer] name", "'AdamW'"]),
     ("[activation_checkpoint]\nmode = \"half\"\n", [], ["[activation_checkpoint] mode", "'selective'"]),
     ("[lr_scheduler]\ndecay_type = \"step\"\n", [], ["[lr_scheduler] decay_type", "'cosine'"]),
@@ -232,3 +233,11 @@ def test_hsdp_degrees_resolve_to_the_world(tmp_path, replicate, shard, want):
     path = write(tmp_path, f"[parallelism]\ndata_parallel_replicate_degree = {replicate}\n"
                            f"data_parallel_shard_degree = {shard}\n")
     assert load_config(path, world_size=4).dp_degrees == want
+
+
+def test_matmul_sm_carveout_on_cpu_is_logged_not_applied():
+    from titan_fp8.config import load_config
+    from titan_fp8.parallel import apply_matmul_sm_carveout
+    cfg = load_config(os.path.join(CONFIGS, "debug_moe.toml"), ["--comm.matmul_sm_carveout=8"])
+    assert apply_matmul_sm_carveout(cfg) == f"[comm] matmul_sm_carveout = 8 from {cfg.source}: not applied (no GPU)"
+    assert apply_matmul_sm_carveout(load_config(os.path.join(CONFIGS, "debug_moe.toml"), [])) is None

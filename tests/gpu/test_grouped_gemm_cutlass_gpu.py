@@ -118,6 +118,33 @@ def test_fprop_cutlass_matches_triton_closely(ext, schedule):
     assert rel(a, b) < 4e-3
 
 
+def test_sm_carveout_changes_no_bit(ext):
+    """torch's SM carve-out ([comm] matmul_sm_carveout) shrinks the persistent grid: the same tiles are computed
+    by other CTAs, in the same order inside a tile, so the result is bit-identical; a carve-out of every SM is an
+    error naming it, not a hang or a silent full-size grid."""
+    from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(4)
+    sizes = [3000, 0, 129, 5000]
+    x = torch.randn(sum(sizes), 2048, device="cuda")
+    w = torch.randn(4, 1408, 2048, device="cuda") * 0.02
+    ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
+    offs = offs_of(sizes)
+    full = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    try:
+        for carve in (16, sms - 1):
+            torch._C._set_sm_carveout_experimental(carve)
+            got = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
+            assert torch.equal(got, full), carve
+        torch._C._set_sm_carveout_experimental(sms)
+        with pytest.raises(RuntimeError, match="SM carve-out"):
+            mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
+    finally:
+        torch._C._set_sm_carveout_experimental(None)
+
+
 @pytest.mark.parametrize("sizes", [[0, 128, 1280, 256, 0, 3072, 896, 512], [8192], [0, 0, 384]])
 def test_wgrad_cutlass(ext, schedule, sizes):
     from kernels.grouped_gemm import grouped_mm_wgrad_reference, mxfp8_grouped_mm_wgrad

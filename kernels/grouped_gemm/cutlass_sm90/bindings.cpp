@@ -2,6 +2,7 @@
 // allocator, launch on the current stream. Shape/dtype checks with names live in Python
 // (kernels/grouped_gemm/cutlass_backend.py); the TORCH_CHECKs here only guard the raw-pointer contract.
 #include <torch/extension.h>
+#include <ATen/Context.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -40,7 +41,13 @@ void launch(titan_mx::GroupedProblem& p, const torch::Tensor& like, bool f32, in
               "cutlass mx128: kernel config ", config, " unknown");
   p.raster_along_n = int((config >> 4) & 1);
   p.max_swizzle = 1 << swizzle_log2;
+  // torch's SM carve-out (torch._C._set_sm_carveout_experimental, [comm] matmul_sm_carveout): like torch's own
+  // persistent GEMMs, leave that many SMs free so NCCL's CTAs run beside this persistent kernel
   int sm = sm_count_of(like.get_device());
+  if (auto carveout = at::globalContext()._SMCarveout_EXPERIMENTAL(); carveout.has_value()) {
+    TORCH_CHECK(*carveout >= 0 && *carveout < sm, "cutlass mx128: SM carve-out ", *carveout, " of ", sm, " SMs");
+    sm -= *carveout;
+  }
   size_t bytes = kScratch[sched][f32](p, sm);
   auto scratch = torch::empty({int64_t(bytes)}, like.options().dtype(torch::kUInt8));
   auto stream = c10::cuda::getCurrentCUDAStream(like.get_device()).stream();
