@@ -42,11 +42,13 @@ void launch(titan_mx::GroupedProblem& p, const torch::Tensor& like, bool f32, in
   p.raster_along_n = int((config >> 4) & 1);
   p.max_swizzle = 1 << swizzle_log2;
   // torch's SM carve-out (torch._C._set_sm_carveout_experimental, [comm] matmul_sm_carveout): like torch's own
-  // persistent GEMMs, leave that many SMs free so NCCL's CTAs run beside this persistent kernel
+  // persistent GEMMs, leave that many SMs free so NCCL's CTAs run beside this persistent kernel. The grid stays
+  // a whole number of 2-CTA clusters (an odd count, or one SM, fails inside CUTLASS with "Error Internal").
   int sm = sm_count_of(like.get_device());
   if (auto carveout = at::globalContext()._SMCarveout_EXPERIMENTAL(); carveout.has_value()) {
-    TORCH_CHECK(*carveout >= 0 && *carveout < sm, "cutlass mx128: SM carve-out ", *carveout, " of ", sm, " SMs");
-    sm -= *carveout;
+    TORCH_CHECK(*carveout >= 0 && sm - *carveout >= 2, "cutlass mx128: an SM carve-out of ", *carveout,
+                " leaves fewer than 2 of this GPU's ", sm, " SMs");
+    sm = (sm - *carveout) / 2 * 2;
   }
   size_t bytes = kScratch[sched][f32](p, sm);
   auto scratch = torch::empty({int64_t(bytes)}, like.options().dtype(torch::kUInt8));
