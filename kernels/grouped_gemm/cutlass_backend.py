@@ -232,6 +232,18 @@ def unsupported_reason(pass_: str, block: int, tile: int, reduction: int, out_co
     return None
 
 
+def check_sm_carveout(t: torch.Tensor) -> None:
+    """torch's SM carve-out must leave the persistent grid at least one 2-CTA cluster (the launch rounds the rest
+    down to whole clusters); else a ValueError naming it, before any launch."""
+    carve = torch._C._get_sm_carveout_experimental()
+    if carve is not None:
+        sms = torch.cuda.get_device_properties(t.device).multi_processor_count
+        if sms - carve < 2:
+            raise ValueError(f"CUTLASS mx128 grouped GEMM: the SM carve-out ({carve}, torch._C."
+                             f"_set_sm_carveout_experimental / [comm] matmul_sm_carveout) leaves fewer than 2 of this "
+                             f"GPU's {sms} SMs")
+
+
 # ------------------------------------------------------------------------------------------ custom ops
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_cutlass", mutates_args=())
 def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
@@ -244,6 +256,7 @@ def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tenso
     if a.shape[1] == 0 or offs.numel() == 0:
         return out.zero_()
     config = schedule_id(pass_, a.shape[0] / max(offs.shape[0], 1) / GRAN, b.shape[1] / GRAN)
+    check_sm_carveout(a)
     load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config)
     return out
 
@@ -263,6 +276,7 @@ def _red_op(x: torch.Tensor, sx: torch.Tensor, y: torch.Tensor, sy: torch.Tensor
     if x.shape[1] == 0:
         return out.zero_()
     config = schedule_id(pass_, x.shape[0] / GRAN, y.shape[0] / GRAN)
+    check_sm_carveout(x)
     load().grouped_red(x.view(torch.uint8), sx, y.view(torch.uint8), sy, offs, out, config)
     return out
 
