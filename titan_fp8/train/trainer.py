@@ -35,7 +35,7 @@ from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, lates
 from titan_fp8.train.data import build_loader
 from titan_fp8.train.garbage import GarbageCollection
 from titan_fp8.train.metrics import MetricsLogger
-from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip
+from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip, take_grad_scale
 from titan_fp8.train.profiling import StepProfiler
 from titan_fp8.train.step_check import StepCheck
 
@@ -216,8 +216,9 @@ def run(cfg: JobConfig, log=print) -> dict:
         if found_inf is not None:
             optimizer.found_inf = found_inf  # read by the fused AdamW (what torch's GradScaler hands it)
         try:
-            optimizer.step()
+            optimizer.step()  # with the clipping as its grad_scale when fused (grad_norm_and_clip)
         finally:
+            take_grad_scale(optimizer)
             if found_inf is not None:
                 del optimizer.found_inf
         scheduler.step()  # the schedule follows the step count, skipped or not
@@ -285,7 +286,7 @@ def run(cfg: JobConfig, log=print) -> dict:
         aux_loss = torch.as_tensor(model.aux_loss(), device=device)
         loss = ce_loss + aux_loss
         loss.backward()
-        grad_norm = grad_norm_and_clip(params, t.max_norm).to(device)
+        grad_norm = grad_norm_and_clip(params, t.max_norm, optimizer).to(device)
 
         # The step's check: [loss non-finite on rank r for every r, loss, aux loss, grad norm], summed over
         # ranks in ONE all-reduce, so every rank reaches the same verdict. Its copy to the host starts now.
@@ -314,6 +315,7 @@ def run(cfg: JobConfig, log=print) -> dict:
             if not check.nonfinite:
                 apply_update(None)
             elif t.skip_nonfinite_steps:
+                take_grad_scale(optimizer)
                 optimizer.zero_grad(set_to_none=True)
                 scheduler.step()  # the schedule follows the step count, skipped or not
         now = time.perf_counter()
