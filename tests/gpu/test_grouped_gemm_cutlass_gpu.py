@@ -102,17 +102,19 @@ def dgrad_case(w, offs, M, N, K):
     compare_with_nan(dx[:-PAD], refd[:-PAD], TOL_BF16)
 
 
+def fprop_operands(sizes, K, N, seed):
+    """Random x [sum(sizes), K] and w [E, N, K] quantized as the mx128 fprop reads them, and the group ends."""
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(seed)
+    x = torch.randn(sum(sizes), K, device="cuda")
+    w = torch.randn(len(sizes), N, K, device="cuda") * 0.02
+    return (*to_mxfp8_blocked(x, -1, 128, 1), *to_mxfp8_blocked(w, -1, 128, 128), offs_of(sizes))
+
+
 def test_fprop_cutlass_matches_triton_closely(ext, schedule):
     """Same operands, two backends: equal up to fp32 summation order (bf16 output)."""
     from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
-    from kernels.grouped_gemm.quant import to_mxfp8_blocked
-    torch.manual_seed(3)
-    sizes = [512, 129, 0, 1024]
-    x = torch.randn(sum(sizes), 1024, device="cuda")
-    w = torch.randn(4, 768, 1024, device="cuda") * 0.02
-    ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
-    wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
-    offs = offs_of(sizes)
+    ad, as_, wd, ws, offs = fprop_operands([512, 129, 0, 1024], 1024, 768, seed=3)
     a = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
     b = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="triton")
     assert rel(a, b) < 4e-3
@@ -124,14 +126,7 @@ def test_sm_carveout_changes_no_bit(ext):
     the launch rounds down to whole 2-CTA clusters, and at 2 SMs); a carve-out leaving fewer than 2 SMs is an
     error naming it, not a hang or a silent full-size grid."""
     from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
-    from kernels.grouped_gemm.quant import to_mxfp8_blocked
-    torch.manual_seed(4)
-    sizes = [3000, 0, 129, 5000]
-    x = torch.randn(sum(sizes), 2048, device="cuda")
-    w = torch.randn(4, 1408, 2048, device="cuda") * 0.02
-    ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
-    wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
-    offs = offs_of(sizes)
+    ad, as_, wd, ws, offs = fprop_operands([3000, 0, 129, 5000], 2048, 1408, seed=4)
     full = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     try:
