@@ -329,3 +329,52 @@ def test_old_state_dict_with_w1_w3_loads_into_w13():
     fresh = GroupedExperts(8, 16, 2)
     fresh.load_state_dict(old)
     assert torch.equal(fresh.w13, experts.w13) and torch.equal(fresh.w2, experts.w2)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_router_logits_low_precision_matches_fp32_path(compiled, dtype):
+    """router_logits for bf16/fp16 x and gate weight (the fp32-copy-free Function) equals the plain fp32 path,
+    logits and both gradients, up to fp32 summation order; compiled, its backward takes the broadcast form that
+    inductor fuses. Against a float64 reference: rel. error < 1e-5 on logits and dw; dx (rounded to the low
+    precision dtype once, like the reference's) within one rounding of it."""
+    torch.manual_seed(3 if compiled else 4)
+    n, d, e = 37, 96, 8
+    x = (torch.randn(n, d) * 3).to(dtype)
+    x[0] = 0  # a zero row
+    x[1, :4] = torch.tensor([3e3 if dtype == torch.float16 else 1e30, -1e-5, 0.0, 2.0 ** -14], dtype=dtype)
+    w = (torch.randn(e, d) * 0.02).to(dtype)
+    g = torch.randn(n, e)
+    g[2] = 0
+
+    def ours(x, w):
+        return moe_mod.router_logits(x, w)
+
+    fn = torch.compile(ours, backend="inductor", fullgraph=True) if compiled else ours
+    xa, wa = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = fn(xa, wa)
+    assert out.dtype == torch.float32
+    out.backward(g)
+    x64, w64 = x.double().requires_grad_(), w.double().requires_grad_()
+    ref = F.linear(x64, w64)
+    ref.backward(g.double())
+
+    def rel(a, b):
+        return ((a.double() - b).norm() / b.norm()).item()
+
+    assert rel(out, ref) < 1e-5
+    assert xa.grad.dtype == dtype and wa.grad.dtype == dtype
+    eps = torch.finfo(dtype).eps
+    assert rel(xa.grad, x64.grad) < eps and rel(wa.grad, w64.grad) < eps
+    # the reference path's own low-precision gradients: the same up to fp32 order (one rounding apart at most)
+    xb, wb = x.clone().requires_grad_(), w.clone().requires_grad_()
+    F.linear(xb.float(), wb.float()).backward(g)
+    assert torch.allclose(xa.grad.float(), xb.grad.float(), rtol=eps, atol=0)
+    assert torch.allclose(wa.grad.float(), wb.grad.float(), rtol=eps, atol=1e-30)
+
+
+def test_router_logits_keeps_fp64_and_mixed_dtypes_on_the_plain_path():
+    x, w = torch.randn(5, 16, dtype=torch.float64), torch.randn(4, 16, dtype=torch.float64)
+    assert moe_mod.router_logits(x, w).dtype == torch.float64
+    out = moe_mod.router_logits(x.to(torch.bfloat16), w.float().requires_grad_())  # fp32 gate: the fp32 path
+    assert out.dtype == torch.float32 and "LowPrecision" not in type(out.grad_fn).__name__
