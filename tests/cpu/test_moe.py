@@ -334,7 +334,8 @@ def test_old_state_dict_with_w1_w3_loads_into_w13():
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_router_logits_low_precision_matches_fp32_path(compiled, dtype):
-    """router_logits for bf16/fp16 x and gate weight (the fp32-copy-free Function) equals the plain fp32 path,
+    """router_logits for bf16 x and gate weight (the fp32-copy-free Function; fp16 takes the plain path) equals
+    the plain fp32 path,
     logits and both gradients, up to fp32 summation order; compiled, its backward takes the broadcast form that
     inductor fuses. Against a float64 reference: rel. error < 1e-5 on logits and dw; dx (rounded to the low
     precision dtype once, like the reference's) within one rounding of it."""
@@ -377,4 +378,16 @@ def test_router_logits_keeps_fp64_and_mixed_dtypes_on_the_plain_path():
     x, w = torch.randn(5, 16, dtype=torch.float64), torch.randn(4, 16, dtype=torch.float64)
     assert moe_mod.router_logits(x, w).dtype == torch.float64
     out = moe_mod.router_logits(x.to(torch.bfloat16), w.float().requires_grad_())  # fp32 gate: the fp32 path
-    assert out.dtype == torch.float32 and "LowPrecision" not in type(out.grad_fn).__name__
+    assert out.dtype == torch.float32 and "Bf16" not in type(out.grad_fn).__name__
+
+
+def test_bf16_terms_sum_exactly_to_fp32():
+    g = torch.randn(1000, 8) * torch.logspace(-30, 30, 1000)[:, None]
+    g[0] = 0
+    g[1, :4] = torch.tensor([-3e38, 2.0 ** -110, -(2.0 ** -110) * 1.9999, 3.4e38])  # huge, the exactness edge
+    t = moe_mod._bf16_terms(g).float()
+    assert torch.equal(t[:, :8] + t[:, 8:16] + t[:, 16:], g)
+    assert torch.equal((t[:, :8].double() + t[:, 8:16].double() + t[:, 16:].double()), g.double())
+    tiny = torch.tensor([[1e-40, -1e-38, 2.0 ** -120, 0.0]])  # subnormal residuals: within 2^-133
+    t = moe_mod._bf16_terms(tiny).float()
+    assert ((t[:, :4] + t[:, 4:8] + t[:, 8:]) - tiny).abs().max() <= 2.0 ** -133

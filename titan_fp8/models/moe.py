@@ -236,17 +236,33 @@ class FeedForward(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
-class _LowPrecisionRouterLogits(torch.autograd.Function):
-    """fp32 logits x @ w^T for bf16/fp16 x and w, the numbers of `F.linear(x.float(), w.float())` (each product is
-    exact in fp32; only the fp32 summation order differs) without that path's fp32 copy of x: on a
-    `llama_moe`-sized step the copy, the fp32 GEMMs over it and the fp32 input gradient added into x's gradient
-    moved ~1.2 ms of a 13-19 ms MoE layer (dsv3_layer, H100) for a product with 8 columns.
+def _bf16_terms(g: Tensor) -> Tensor:
+    """fp32 g [N, E] -> bf16 [N, 3E] = [hi | mid | lo] with hi + mid + lo == g exactly for |g| >= 2^-110: hi keeps
+    g's top 8 significant bits, mid the next 8 of the (exact) residual, lo the rest (below that a subnormal
+    residual loses bits under 2^-133: nothing a router gradient can notice). Truncation by bit masks, not rounding
+    casts: inductor does not emulate an intermediate bf16 rounding inside a fused kernel (emulate_precision_casts
+    is off), and each term is exactly representable in bf16, so its final cast is exact."""
+    def top_bits(v: Tensor) -> Tensor:
+        return (v.view(torch.int32) & -65536).view(torch.float32)
 
-    forward   CUDA: one bf16 GEMM with an fp32 result (`torch.mm(..., out_dtype=float32)`, which has no
-              autograd formula of its own); elsewhere the fp32 path.
-    backward  under torch.compile the two gradients are written as E (= experts, small) broadcast products, so
-              inductor fuses dx into the add with x's other gradients (no fp32 [N, D] tensor) and dw into one
-              reduction over the tokens that reads x once; in eager, the fp32 GEMMs as before."""
+    hi = top_bits(g)
+    r = g - hi
+    mid = top_bits(r)
+    return torch.cat([hi, mid, r - mid], dim=1).to(torch.bfloat16)
+
+
+class _Bf16RouterLogits(torch.autograd.Function):
+    """fp32 logits x @ w^T for bf16 x and w: the numbers of `F.linear(x.float(), w.float())` (every product is
+    exact in fp32; only the order of the fp32 sums differs) without that path's fp32 copy of x. At dsv3_layer
+    (16k tokens x 7168, H100) the copy, the fp32 GEMMs over it and the fp32 input gradient added into x's gradient
+    took ~1.2 ms of a 14-19 ms MoE layer step, for a product with 8 columns.
+
+    forward   CUDA: one bf16 GEMM with an fp32 result (`torch.mm(..., out_dtype=float32)`, which has no autograd
+              formula of its own); elsewhere the fp32 path.
+    dw        g^T @ x as ONE bf16 GEMM with an fp32 result over g split into three bf16 terms (_bf16_terms: exact),
+              so x is read once in bf16 (inductor's own reduction over the tokens took ~1 ms).
+    dx        g @ w: under torch.compile written as E (experts, small) broadcast products, which inductor fuses
+              into the sum with x's other gradients (no fp32 [N, D] tensor); in eager the fp32 GEMM as before."""
 
     @staticmethod
     def forward(ctx, x: Tensor, w: Tensor) -> Tensor:
@@ -258,22 +274,28 @@ class _LowPrecisionRouterLogits(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g: Tensor):
         x, w = ctx.saved_tensors
-        wf = w.float()
-        if torch.compiler.is_compiling():
-            experts = range(w.shape[0])
-            dx = sum(g[:, e, None] * wf[e] for e in experts) if ctx.needs_input_grad[0] else None
-            dw = (torch.stack([(g[:, e, None] * x.float()).sum(0) for e in experts])
-                  if ctx.needs_input_grad[1] else None)
-        else:
-            dx = g @ wf if ctx.needs_input_grad[0] else None
-            dw = g.t() @ x.float() if ctx.needs_input_grad[1] else None
-        return (None if dx is None else dx.to(x.dtype)), (None if dw is None else dw.to(w.dtype))
+        dx = dw = None
+        if ctx.needs_input_grad[0]:
+            wf = w.float()
+            if torch.compiler.is_compiling():
+                dx = sum(g[:, e, None] * wf[e] for e in range(w.shape[0]))
+            else:
+                dx = g @ wf
+            dx = dx.to(x.dtype)
+        if ctx.needs_input_grad[1]:
+            terms = _bf16_terms(g).t()
+            if x.is_cuda:
+                parts = torch.mm(terms, x, out_dtype=torch.float32)
+            else:
+                parts = terms.float() @ x.float()
+            dw = parts.view(3, *w.shape).sum(0).to(w.dtype)
+        return dx, dw
 
 
 def router_logits(x: Tensor, w: Tensor) -> Tensor:
     """Router logits in fp32 (fp64 for fp64 input) from x [N, D] and the gate weight w [E, D]."""
-    if x.dtype in (torch.bfloat16, torch.float16) and w.dtype == x.dtype:
-        return _LowPrecisionRouterLogits.apply(x, w)
+    if x.dtype == torch.bfloat16 and w.dtype == torch.bfloat16:
+        return _Bf16RouterLogits.apply(x, w)
     dtype = torch.promote_types(x.dtype, torch.float32)
     return F.linear(x.to(dtype), w.to(dtype))
 
