@@ -14,14 +14,15 @@ Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16
   cublas_blockwise  per-expert torch.nn.functional.scaled_mm, 1x128 x 128x128 (fprop/dgrad), 1x128 x 1x128 (wgrad)
                     -- dense cuBLAS at the same sizes, one launch per expert
   mx128_triton / mx32_triton   kernels.grouped_gemm with backend="triton"
+  mx32_gluon        backend="gluon": true 1x32 scales, the next wgmma in flight while a partial is promoted
   mx128_cutlass_coop / _pp     backend="cutlass", schedule cooperative (128x128 tiles) / pingpong (64x128)
   cutlass[<config>] (--cutlass-configs) backend="cutlass" under that kernel configuration (cluster shape,
                     raster order, swizzle: kernels/grouped_gemm/cutlass_backend.py SCHEDULES)
 Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantization, eager:
   bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
   pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass_{coop,pp} (token_align=128),
-  op_mx32_triton
-  (titan_fp8.float8.experts.mxfp8_grouped_mm). FLOPs: 3 GEMMs.
+  op_mx32_triton, op_mx32_gluon
+  (titan_fp8.float8.experts.mxfp8_grouped_mm). --ops picks a subset (default all). FLOPs: 3 GEMMs.
 Timing: triton.testing.do_bench median (kernels: two rotating input sets, each far larger than L2).
 Check: each mx128 output vs the first mx128 variant's output of the same operands (`rel_vs`, `rel_ref`: norm-wise
 rel.; every kernel vs float64 is in the GPU tests).
@@ -53,6 +54,7 @@ E, TPE = 8, 8192
 F8 = torch.float8_e4m3fn
 # name: (block, weight tile, x^T tile for wgrad, backend, CUTLASS schedule)
 OURS = {"mx128_triton": (128, 128, 128, "triton", None), "mx32_triton": (32, 128, 128, "triton", None),
+        "mx32_gluon": (32, 128, 128, "gluon", None),
         "mx128_cutlass_coop": (128, 128, 128, "cutlass", "cooperative"),
         "mx128_cutlass_pp": (128, 128, 128, "cutlass", "pingpong")}
 SCHED_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
@@ -146,6 +148,7 @@ def main():
     ap.add_argument("--rep", type=int, default=REP)
     ap.add_argument("--ours", default=",".join(OURS),
                     help=f"which of our kernel variants to time (default all: {','.join(OURS)})")
+    ap.add_argument("--ops", default="", help="comma list of op rows to time (default all; see the docstring)")
     ap.add_argument("--cutlass-configs", default="",
                     help="also time the CUTLASS mx128 kernels under these configurations (comma list of "
                          "cutlass_backend SCHEDULES strings, e.g. cooperative_2x1:along_n:swizzle=4); rows "
@@ -301,7 +304,7 @@ def main():
             del outs, operands
             torch.cuda.empty_cache()
             if not args.no_op:
-                op_rows(rec, experts, shape, rname, sizes, K, N)
+                op_rows(rec, experts, shape, rname, sizes, K, N, args.ops)
             write_json(meta, rows)
         del sets, w
         torch.cuda.empty_cache()
@@ -309,7 +312,7 @@ def main():
     print("wrote", write_json(meta, rows))
 
 
-def op_rows(rec, experts, shape, rname, sizes, K, N):
+def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
     M = E * TPE
     flops = 3 * 2 * M * N * K
     offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
@@ -329,6 +332,12 @@ def op_rows(rec, experts, shape, rname, sizes, K, N):
         ops[f"op_mx128_cutlass_{tag}"] = with_schedule(
             lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), sched)
     ops["op_mx32_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="triton")
+    ops["op_mx32_gluon"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="gluon")
+    if only:
+        unknown = set(only.split(",")) - set(ops)
+        if unknown:
+            raise SystemExit(f"--ops: {sorted(unknown)} unknown; allowed: {', '.join(ops)}")
+        ops = {k: v for k, v in ops.items() if k in only.split(",") or k == "bf16"}
     base = {}
     for name, fn in ops.items():
         def run(fn=fn):
