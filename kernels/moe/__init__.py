@@ -159,19 +159,25 @@ def _check_offs(who, offs):
 # llama_moe (0.959 -> 1.081) and an inductor assertion at dsv3_layer: off until that is understood.
 # A first try (run 7b) cloned every input (inductor's write analysis named them all); the kernels have since been
 # restructured so that the analysis names only their outputs (tests/cpu/test_moe_kernels_write_analysis.py).
-# TITAN_FP8_MOE_TRACED_LAUNCH: "mxfp8" (default), "all", "none", or a comma list of recipes.
-_TRACED_CHOICES = {"mxfp8": ("mxfp8",), "all": ("mxfp8", "fp8_rowwise"), "none": (), "1": ("mxfp8", "fp8_rowwise"),
-                   "0": ()}
+# TITAN_FP8_MOE_TRACED_LAUNCH: "mxfp8" (default) or "none". fp8_rowwise traced ("all", "1", "fp8_rowwise") is
+# refused: on an H100 (session 13) its compiled swiglu_quantize wrote a token-major copy that differs from the eager
+# op's in every byte (tests/gpu/test_moe_kernels_gpu.py::test_compiled_equals_eager, run with every recipe traced;
+# benchmarks/results/moe_layer_s13/call1_gpu_tests.log). Not understood yet: until it is, the env cannot select it.
+_TRACED_CHOICES = {"mxfp8": ("mxfp8",), "none": (), "0": ()}
+_TRACED_REFUSED = ("all", "1", "fp8_rowwise")
 
 
 def _traced_recipes(value: str) -> frozenset:
     if value in _TRACED_CHOICES:
         return frozenset(_TRACED_CHOICES[value])
     names = frozenset(v.strip() for v in value.split(",") if v.strip())
-    bad = names - {"mxfp8", "fp8_rowwise"}
+    if value in _TRACED_REFUSED or "fp8_rowwise" in names:
+        raise ValueError(f"TITAN_FP8_MOE_TRACED_LAUNCH={value!r}: traced launches for fp8_rowwise are disabled (their "
+                         f"compiled output differed from the eager op on an H100); allowed: 'mxfp8', 'none'")
+    bad = names - {"mxfp8"}
     if bad:
         raise ValueError(f"TITAN_FP8_MOE_TRACED_LAUNCH={value!r}: unknown recipe(s) {sorted(bad)}; allowed: "
-                         f"{', '.join(map(repr, _TRACED_CHOICES))} or a comma list of 'mxfp8', 'fp8_rowwise'")
+                         f"{', '.join(map(repr, _TRACED_CHOICES))}")
     return names
 
 

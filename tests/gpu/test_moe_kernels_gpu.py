@@ -79,10 +79,12 @@ def test_integer_rounding_path_compiled():
             same(got[i], want[i], f"int-round {recipe} out {i}")
 
 
-@pytest.mark.parametrize("traced", [True, False], ids=["triton_op", "custom_op"])
+@pytest.mark.parametrize("traced", [frozenset({"mxfp8"}), False], ids=["triton_op", "custom_op"])
 def test_compiled_equals_eager(traced, monkeypatch):
-    """torch.compile of every op, both recipes, equals the eager opaque ops byte for byte, with the launches traced
-    into inductor's code (kernels.moe.TRACED_LAUNCH) and through the opaque custom ops. dweights (combine
+    """torch.compile of every op, both recipes, equals the eager opaque ops byte for byte, with the mxfp8 launches
+    traced into inductor's code (kernels.moe.TRACED_LAUNCH; fp8_rowwise traced is refused: with it this test found
+    every byte of swiglu_quantize's token-major copy different, H100, session 13) and through the opaque custom
+    ops. dweights (combine
     backward's router-weight gradient) is a sum over column strips that inductor may order differently when it
     compiles the traced body: the same non-finite entries, and within 1e-5 of the sum of |dout * y| over the
     features (fp32 sums of the same terms in another order; the inputs span 1e-4..3e38, so a relative bound
