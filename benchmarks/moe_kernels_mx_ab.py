@@ -47,7 +47,7 @@ OPS = {0: "dispatch_quantize", 1: "combine_backward", 2: "swiglu_quantize", 3: "
 COL_TILE = {0: 128, 1: 1, 2: 128, 3: 1}
 # (block, mode) -> [(warps, AMAX_FIRST), ...]; the first is what kernels/moe/triton.py now launches
 CANDIDATES = {
-    (128, 0): [(8, False), (8, True)],
+    (128, 0): [(8, True), (8, False)],
     (128, 1): [(8, True), (8, False)],
     (128, 2): [(16, False), (16, True)],
     (128, 3): [(8, False), (8, True), (16, False)],

@@ -475,18 +475,21 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 # run, were 1.5-3x slower for every mode).
 # (block, mode) -> (BM, BD, num_warps, HALVES); HALVES (MODE 3): a tile of BD columns of [0, H) writes dh1's and
 # dh3's columns from one sigmoid (else each output column computes both halves and keeps one).
-# 2026-11-25 (benchmarks/results/moe_kernels-nvidia-h100-2026-11-25.md): ptxas -v was first read WITHOUT the
-# divisibility hints a real launch specializes on, which is where "MODE 1 spills 4.8 KB" came from; with them (16 |
-# every size and pointer) block-128 MODE 1 at 8 warps uses 143 registers, no spills, so ONE program of 8 warps per
-# SM; with AMAX_FIRST 128, two per SM (MX_AMAX_FIRST). MODE 3 with HALVES at 8 warps (255 registers, 216 B of
-# spills): 0.581 -> 0.524 ms at dsv3_layer, 0.417 -> 0.376 at llama_moe against 16 warps. A persistent,
-# software-pipelined walk (one program per SM, tl.range num_stages 2-3: the next tile's loads as cp.async into
-# shared memory) was 1.5-6x SLOWER for every mode (moe_kernels_mx_ab-*-call1.json): do not retry it.
+# 2026-11-25 (benchmarks/results/moe_kernels-nvidia-h100-2026-11-25.md, H100, CUDA-graph ms at dsv3_layer, every
+# candidate byte-identical to the previous kernel): ptxas -v had been read WITHOUT the divisibility hints a real
+# launch specializes on (16 | every size and pointer), which is where "MODE 1 spills 4.8 KB" came from; with them
+# block-128 MODE 1 at 8 warps takes 143 registers, no spills: ONE program of 8 warps per SM. Taking both amaxes
+# before encoding (AMAX_FIRST, MX_AMAX_FIRST below) brings it to 128, two programs per SM: 0.700 -> 0.570 ms
+# (71 -> 87% of copy). MODE 0 (col_tile 128) with AMAX_FIRST 0.394 -> 0.366 ms. MODE 3 with HALVES at 8 warps
+# (255 registers, 216 B of spills, yet faster than 16): 0.577 -> 0.520 ms. MODE 2 (col_tile 128: the tile scale
+# from the row amaxes) 0.310 -> 0.240 ms at 16 warps (AMAX_FIRST there: 0.244). A persistent, software-pipelined
+# walk (one program per SM, tl.range num_stages 2-3: the next tile's loads as cp.async into shared memory) was
+# 1.5-6x SLOWER for every mode (moe_kernels_mx_ab-*-call1.json): do not retry it.
 MX_CONFIGS = {(32, 0): (32, 128, 2, False), (32, 1): (32, 128, 2, False), (32, 2): (32, 64, 4, False),
               (32, 3): (32, 64, 4, False), (128, 0): (128, 128, 8, False), (128, 1): (128, 128, 8, False),
               (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 8, True)}
 # (block, mode) whose _mx_kernel takes both amaxes before encoding (AMAX_FIRST: the same bytes, fewer registers)
-MX_AMAX_FIRST = {(128, 1)}
+MX_AMAX_FIRST = {(128, 0), (128, 1)}
 # col_tile=128 (the tile spans the 128 features of a token-major scale): (block, mode) -> (BM, BD, num_warps)
 # (ptxas sm_90a: (32, 2) at 2 warps spills 72 B, at 4 none; (128, 2) at 8 warps spills 44 B, at 16 none)
 MX_COL_TILE_CONFIGS = {(32, 0): (32, 128, 2), (32, 2): (32, 128, 4), (128, 0): (128, 128, 8), (128, 2): (128, 128, 16)}
