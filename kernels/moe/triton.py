@@ -207,23 +207,52 @@ def _tile(P, CL, BM: tl.constexpr, BD: tl.constexpr):
 
 @triton.jit
 def _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
-              QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, HW_CAST: tl.constexpr, COL_TILE: tl.constexpr):
-    """Quantize the tile v [BM, BD] (output columns cols; their 32-blocks kb) both ways and store it."""
-    mask = rmask[:, None] & cmask[None, :]
-    # rows: blocks of QB along the features
+              QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, HW_CAST: tl.constexpr, COL_TILE: tl.constexpr,
+              AMAX_FIRST: tl.constexpr):
+    """Quantize the tile v [BM, BD] (output columns cols; their 32-blocks kb) both ways and store it: the row copy,
+    then the token-major copy. AMAX_FIRST: both amaxes are taken before the row copy is encoded (no other
+    difference: same values, same bytes); for MODE 1 at 128 x 128 / 8 warps ptxas then needs 128 registers
+    instead of 143 (sm_90a), i.e. two programs per SM instead of one."""
     xr = tl.reshape(v, [BM, BD // QB, QB])
     ar = _amax_bits(xr, 2)
+    xc = tl.reshape(v, [BM // QB, QB, BD])
+    if AMAX_FIRST:
+        ac = _col_amax(xc, ar, BM, BD, QB, COL_TILE)
+    _mx_store_rows(xr, ar, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, C, QB, BM, BD, HW_CAST)
+    if not AMAX_FIRST:
+        ac = _col_amax(xc, ar, BM, BD, QB, COL_TILE)
+    _mx_store_cols(xc, ac, pid_m, rows, rmask, cols, cmask, qc_ptr, sc_ptr, P, C, QB, BM, BD, HW_CAST)
+
+
+@triton.jit
+def _col_amax(xc, ar, BM: tl.constexpr, BD: tl.constexpr, QB: tl.constexpr, COL_TILE: tl.constexpr):
+    """Amax bits [BM // QB, BD] of the token-major blocks (QB tokens of one column; COL_TILE == BD: of all the
+    tile's columns, i.e. the max of those rows' amaxes ar, no second pass over the values)."""
+    if COL_TILE > 1:
+        ac = tl.max(tl.reshape(tl.max(ar, axis=1), [BM // QB, QB]), axis=1)
+        ac = tl.broadcast_to(ac[:, None], [BM // QB, BD])
+    else:
+        ac = _amax_bits(xc, 1)
+    return ac
+
+
+@triton.jit
+def _mx_store_rows(xr, ar, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, C, QB: tl.constexpr,
+                   BM: tl.constexpr, BD: tl.constexpr, HW_CAST: tl.constexpr):
+    """The row copy (blocks of QB along the features) of xr [BM, BD // QB, QB] with amax bits ar."""
     er = _exponent_from_amax_bits(ar)
     cr = _encode(xr * _multiplier(ar, er, HW_CAST)[:, :, None], (ar >= 0x7F800000)[:, :, None], HW_CAST)
-    tl.store(qr_ptr + rows[:, None] * C + cols[None, :], tl.reshape(cr, [BM, BD]), mask=mask)
+    tl.store(qr_ptr + rows[:, None] * C + cols[None, :], tl.reshape(cr, [BM, BD]),
+             mask=rmask[:, None] & cmask[None, :])
     sb = _scale_byte(ar, er).to(tl.uint8)
     sb = tl.reshape(tl.broadcast_to(sb[:, :, None], [BM, BD // QB, QB // 32]), [BM, BD // 32])
     tl.store(sr_ptr + rows[:, None] * (C // 32) + kb[None, :], sb, mask=rmask[:, None] & kmask[None, :])
-    # token-major: blocks of QB tokens, stored transposed
-    xc = tl.reshape(v, [BM // QB, QB, BD])
-    ac = _amax_bits(xc, 1)
-    if COL_TILE > 1:
-        ac = tl.broadcast_to(tl.max(ac, axis=1)[:, None], [BM // QB, BD])
+
+
+@triton.jit
+def _mx_store_cols(xc, ac, pid_m, rows, rmask, cols, cmask, qc_ptr, sc_ptr, P, C, QB: tl.constexpr,
+                   BM: tl.constexpr, BD: tl.constexpr, HW_CAST: tl.constexpr):
+    """The token-major copy (blocks of QB tokens, stored transposed) of xc [BM // QB, QB, BD] with amax bits ac."""
     ec = _exponent_from_amax_bits(ac)
     cc = _encode(xc * _multiplier(ac, ec, HW_CAST)[:, None, :], (ac >= 0x7F800000)[:, None, :], HW_CAST)
     cc = tl.reshape(cc, [BM, BD])
@@ -238,11 +267,13 @@ def _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_
 @triton.jit
 def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
                MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
-               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1, HALVES: tl.constexpr = False):
+               HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1, HALVES: tl.constexpr = False,
+               AMAX_FIRST: tl.constexpr = False):
     # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
-    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features.
+    # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features (the max of the row
+    # amaxes of those QB rows: no second reduction over the values).
     # HALVES (MODE 3): the tile's columns are in [0, H) and it writes dh1's (cols) and dh3's (cols + H) from one
-    # sigmoid and one read of da / h1 / h3.
+    # sigmoid and one read of da / h1 / h3. AMAX_FIRST: see _mx_store.
     CL = H if HALVES else C
     pid_m, pid_d, rows, cols, rmask, cmask = _tile(P, CL, BM, BD)
     v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16,
@@ -252,10 +283,10 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
     kmask = kb < CL // 32
     _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C, QB, BM, BD,
-              HW_CAST, COL_TILE)
+              HW_CAST, COL_TILE, AMAX_FIRST)
     if HALVES:
         _mx_store(v2, pid_m, rows, rmask, cols + H, cmask, kb + H // 32, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
-                  QB, BM, BD, HW_CAST, COL_TILE)
+                  QB, BM, BD, HW_CAST, COL_TILE, AMAX_FIRST)
 
 
 # The group ends, offs as int64 [E_PAD] padded with a huge end (a row's group = how many ends it is at or past), are
@@ -444,9 +475,21 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 # run, were 1.5-3x slower for every mode).
 # (block, mode) -> (BM, BD, num_warps, HALVES); HALVES (MODE 3): a tile of BD columns of [0, H) writes dh1's and
 # dh3's columns from one sigmoid (else each output column computes both halves and keeps one).
+# 2026-11-25 (benchmarks/results/moe_kernels-nvidia-h100-2026-11-25.md, H100, CUDA-graph ms at dsv3_layer, every
+# candidate byte-identical to the previous kernel): ptxas -v had been read WITHOUT the divisibility hints a real
+# launch specializes on (16 | every size and pointer), which is where "MODE 1 spills 4.8 KB" came from; with them
+# block-128 MODE 1 at 8 warps takes 143 registers, no spills: ONE program of 8 warps per SM. Taking both amaxes
+# before encoding (AMAX_FIRST, MX_AMAX_FIRST below) brings it to 128, two programs per SM: 0.700 -> 0.570 ms
+# (71 -> 87% of copy). MODE 0 (col_tile 128) with AMAX_FIRST 0.394 -> 0.366 ms. MODE 3 with HALVES at 8 warps
+# (255 registers, 216 B of spills, yet faster than 16): 0.577 -> 0.520 ms. MODE 2 (col_tile 128: the tile scale
+# from the row amaxes) 0.310 -> 0.240 ms at 16 warps (AMAX_FIRST there: 0.244). A persistent, software-pipelined
+# walk (one program per SM, tl.range num_stages 2-3: the next tile's loads as cp.async into shared memory) was
+# 1.5-6x SLOWER for every mode (moe_kernels_mx_ab-*-call1.json): do not retry it.
 MX_CONFIGS = {(32, 0): (32, 128, 2, False), (32, 1): (32, 128, 2, False), (32, 2): (32, 64, 4, False),
               (32, 3): (32, 64, 4, False), (128, 0): (128, 128, 8, False), (128, 1): (128, 128, 8, False),
-              (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 16, True)}
+              (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 8, True)}
+# (block, mode) whose _mx_kernel takes both amaxes before encoding (AMAX_FIRST: the same bytes, fewer registers)
+MX_AMAX_FIRST = {(128, 0), (128, 1)}
 # col_tile=128 (the tile spans the 128 features of a token-major scale): (block, mode) -> (BM, BD, num_warps)
 # (ptxas sm_90a: (32, 2) at 2 warps spills 72 B, at 4 none; (128, 2) at 8 warps spills 44 B, at 16 none)
 MX_COL_TILE_CONFIGS = {(32, 0): (32, 128, 2), (32, 2): (32, 128, 4), (128, 0): (128, 128, 8), (128, 2): (128, 128, 16)}
@@ -507,7 +550,8 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
             grid = (triton.cdiv(P, bm) * n_d,)
             _launcher(_mx_kernel, traced)[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode,
                                                 K=K, QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16,
-                                                COL_TILE=col_tile, HALVES=halves, num_warps=warps)
+                                                COL_TILE=col_tile, HALVES=halves,
+                                                AMAX_FIRST=(block, mode) in MX_AMAX_FIRST, num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]

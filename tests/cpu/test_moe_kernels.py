@@ -402,6 +402,40 @@ def test_mx_swiglu_backward_both_halves_layouts(block, monkeypatch):
             same(got[i], want[i], f"halves={halves} out {i}")
 
 
+@pytest.mark.parametrize("block", [32, 128])
+def test_mx_amax_first_either_way(block, monkeypatch):
+    """_mx_kernel with AMAX_FIRST on and off (kernels.moe.triton.MX_AMAX_FIRST: both amaxes before the row copy is
+    encoded) for every mxfp8 op, col_tile 1 and 128, several row and column tiles: equal to the reference byte for
+    byte (the col_tile=128 token-major scale comes from the row amaxes there)."""
+    from kernels.moe import triton as kt
+    N, k, E, D = 40 if block == 128 else 12, 2, 4, 256
+    plan = plan_for("uneven", N, k, E, block, seed=51)
+    P = plan.src.shape[0]
+    assert P >= 2 * block
+    x, dout, y = (special(N, D, torch.bfloat16, seed=52), special(N, D, torch.bfloat16, seed=53),
+                  special(P, D, torch.bfloat16, seed=54))
+    h13, da = special(P, 2 * D, torch.bfloat16, seed=55), special(P, D, torch.bfloat16, seed=56)
+    w8 = torch.rand(N, k, generator=torch.Generator().manual_seed(57))
+    for first in (True, False):
+        monkeypatch.setattr(kt, "MX_AMAX_FIRST", {(block, m) for m in range(4)} if first else set())
+        for ct in (1, 128):
+            for name, fn, args in (("dispatch", km.dispatch_quantize, (x, plan.src, plan.offs, "mxfp8", block)),
+                                   ("swiglu", km.swiglu_quantize, (h13, plan.offs, "mxfp8", block))):
+                got, want = fn(*args, backend="triton", col_tile=ct), fn(*args, backend="reference", col_tile=ct)
+                for i in range(4):
+                    same(got[i], want[i], f"amax_first={first} {name} col_tile {ct} out {i}")
+        got, want = both(km.combine_backward, dout, y, plan.pos, w8, plan.src, plan.offs, "mxfp8", block)
+        for i in range(4):
+            same(got[i], want[i], f"amax_first={first} combine_backward out {i}")
+        fin = torch.isfinite(want[4])
+        assert torch.equal(fin, torch.isfinite(got[4]))
+        scale = (dout.float().abs()[:, None, :] * y.index_select(0, plan.pos).view(N, k, D).float().abs()).sum(-1)
+        assert bool(((got[4] - want[4]).abs()[fin] <= 1e-5 * scale[fin] + 1e-30).all())
+        got, want = both(km.swiglu_quantize_backward, da, h13, plan.offs, "mxfp8", block)
+        for i in range(4):
+            same(got[i], want[i], f"amax_first={first} swiglu backward out {i}")
+
+
 def test_pow2_scale_equals_amax_to_scale_on_every_binade():
     """The fp8_rowwise pass 2 makes its scales in-kernel from the amax bits (kernels.moe.triton._pow2_scale, an
     integer form): bit for bit kernels.float8_cast's amax_to_scale(round_to_pow2=True) on every fp32 binade

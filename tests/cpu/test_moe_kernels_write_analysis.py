@@ -42,11 +42,12 @@ ins = dict(a_ptr=x, b_ptr=src, c_ptr=pos, d_ptr=w, e_ptr=y)
 out = {}
 for mode in (0, 1, 2, 3):
     for halves in ((False, True) if mode == 3 else (False,)):
-        for col_tile in (1, 64):
+        for col_tile, first in ((1, False), (64, False), (1, True), (64, True)):
             kw = dict(ins, qr_ptr=q, sr_ptr=torch.empty(64, 2, dtype=u8), qc_ptr=qt, sc_ptr=torch.empty(2, 64, dtype=u8),
                       dot_ptr=torch.empty(1, 64), N=8, P=64, C=64, H=32, MODE=mode, K=2, QB=32, BM=32, BD=64,
-                      HW_CAST=True, IS_BF16=False, COL_TILE=col_tile, HALVES=halves)
-            out[f"_mx_kernel MODE={mode} HALVES={halves} COL_TILE={col_tile}"] = names(kt._mx_kernel, kw)
+                      HW_CAST=True, IS_BF16=False, COL_TILE=col_tile, HALVES=halves, AMAX_FIRST=first)
+            out[f"_mx_kernel MODE={mode} HALVES={halves} COL_TILE={col_tile} AMAX_FIRST={first}"] = names(
+                kt._mx_kernel, kw)
     ramax, gamax = torch.empty(64, dtype=i32), torch.empty(5, 64, dtype=i32)
     kw = dict(ins, ramax_ptr=ramax, gamax_ptr=gamax, dot_ptr=torch.empty(1, 64), offs_ptr=offs, N=8, P=64, C=64, H=32,
               E=4, MODE=mode, K=2, BM=32, BD=64, SUB=2, E_PAD=4, IS_BF16=False)

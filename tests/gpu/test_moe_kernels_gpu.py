@@ -79,6 +79,55 @@ def test_integer_rounding_path_compiled():
             same(got[i], want[i], f"int-round {recipe} out {i}")
 
 
+@pytest.mark.parametrize("first", [False, True])
+def test_mx_amax_first_equals_reference(first, monkeypatch):
+    """mxfp8 block 128, every op, with _mx_kernel's AMAX_FIRST on and off (kernels.moe.triton.MX_AMAX_FIRST) and the
+    default launch configs, at llama_moe: equal to the reference byte for byte (col_tile 128 for dispatch and
+    SwiGLU, as the fused mx128 path asks; col_tile 1 for them too)."""
+    from kernels.moe import triton as kt
+    monkeypatch.setattr(kt, "MX_AMAX_FIRST", {(128, m) for m in range(4)} if first else set())
+    plan, x, y, dout, h13, da, w = inputs("llama_moe", 128)
+    runs = [("dispatch", km.dispatch_quantize, (x, plan.src, plan.offs, "mxfp8", 128), dict(col_tile=128)),
+            ("dispatch ct1", km.dispatch_quantize, (x, plan.src, plan.offs, "mxfp8", 128), {}),
+            ("combine_backward", km.combine_backward, (dout, y, plan.pos, w, plan.src, plan.offs, "mxfp8", 128), {}),
+            ("swiglu", km.swiglu_quantize, (h13, plan.offs, "mxfp8", 128), dict(col_tile=128)),
+            ("swiglu ct1", km.swiglu_quantize, (h13, plan.offs, "mxfp8", 128), {}),
+            ("swiglu_backward", km.swiglu_quantize_backward, (da, h13, plan.offs, "mxfp8", 128), {})]
+    for name, fn, args, kw in runs:
+        got, want = fn(*args, backend="triton", **kw), fn(*args, backend="reference", **kw)
+        for i in range(4):
+            same(got[i], want[i], f"amax_first={first} {name} out {i}")
+
+
+def test_compiled_equals_eager_block128(monkeypatch):
+    """torch.compile of the four mxfp8 block-128 ops as the fused mx128 path calls them (col_tile 128 for dispatch
+    and SwiGLU), launches traced into inductor's code: equal to the eager opaque ops byte for byte (the block-128
+    launch constexprs, e.g. AMAX_FIRST and 8-warp HALVES, go through inductor's launcher too). dweights: see
+    test_compiled_equals_eager."""
+    plan, x, y, dout, h13, da, w = inputs("llama_moe", 128)
+
+    def path(x, y, dout, h13, da):
+        return [*km.dispatch_quantize(x, plan.src, plan.offs, "mxfp8", 128, col_tile=128),
+                *km.combine_backward(dout, y, plan.pos, w, plan.src, plan.offs, "mxfp8", 128),
+                *km.swiglu_quantize(h13, plan.offs, "mxfp8", 128, col_tile=128),
+                *km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", 128)]
+
+    monkeypatch.setattr(km, "TRACED_LAUNCH", False)
+    eager = path(x, y, dout, h13, da)
+    monkeypatch.setattr(km, "TRACED_LAUNCH", True)
+    torch._dynamo.reset()
+    compiled = torch.compile(path, fullgraph=True)(x, y, dout, h13, da)
+    N, k = w.shape
+    for i, (c, e) in enumerate(zip(compiled, eager)):
+        if i == 8:  # combine_backward's dweights
+            assert torch.equal(c.isfinite(), e.isfinite()) and torch.equal(c.isnan(), e.isnan()), f"out {i}"
+            fin = e.isfinite()
+            mag = (dout.float().abs()[:, None, :] * y.float().abs().index_select(0, plan.pos).view(N, k, -1)).sum(-1)
+            assert bool(((c - e).abs() <= 1e-5 * mag)[fin].all()), f"compiled out {i} (dweights)"
+        else:
+            same(c, e, f"compiled block-128 out {i}")
+
+
 @pytest.mark.parametrize("traced", [frozenset({"mxfp8"}), False], ids=["triton_op", "custom_op"])
 def test_compiled_equals_eager(traced, monkeypatch):
     """torch.compile of every op, both recipes, equals the eager opaque ops byte for byte, with the mxfp8 launches
