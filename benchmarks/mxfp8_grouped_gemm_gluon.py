@@ -48,6 +48,11 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     "plain_m2": (128, 128, 4, 8, 2, 8, 4, 8),
     "bm64_m2": (64, 128, 4, 8, 2, 8, 4, 4),
     "sync": (128, 128, 4, 8, 0, 8, 4, 8),
+    # MODE 3: static ring (blocks of STAGES stages unrolled), one int32 of scales per row and stage
+    "m3": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 3, 16, 4, 8, 1)),
+    # wgrad with two 4-warp consumers (WS=2), MODE 2 / MODE 3 (fprop/dgrad: the m3 config)
+    "wg2_m2": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
+    "wg2_m3": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 3, 16, 4, 4, 2)),
 }
 
 
@@ -76,6 +81,7 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--routings", default="even")
     ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--skip-triton", action="store_true", help="leave out the Triton mx32 kernels")
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
     ap.add_argument("--op", default="", help="shapes (comma list) at which to also time the whole autograd op "
@@ -131,6 +137,8 @@ def main():
                     "wgrad": lambda s: mxfp8_grouped_mm_wgrad(*s[2][2], *s[2][3], offs, block=32, a_tile=128,
                                                               validate=False)},
             }
+            if args.skip_triton:
+                del calls["triton_mx32"]
             for c in args.configs.split(","):
                 cfg = CONFIGS[c]
                 ncfg, wcfg = cfg if cfg[0] is None or isinstance(cfg[0], tuple) else (cfg, cfg)

@@ -67,6 +67,24 @@ def _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb):
 
 
 @gluon.jit
+def _word(ptrs, i, ok):
+    """Aligned int32 number i of each row's scale bytes (4 E8M0 bytes, little-endian: byte b = step 4*i + b).
+    The launcher guarantees 4-byte aligned rows (base and row stride) with the steps contiguous."""
+    return gl.load((ptrs + 4 * i).to(gl.pointer_type(gl.int32), bitcast=True), mask=ok, other=0)
+
+
+@gluon.jit
+def _funnel(lo, hi, sh):
+    """The 4 bytes starting at byte sh/8 of the 8 bytes hi:lo (sh in {0, 8, 16, 24}, uniform)."""
+    return (lo.to(gl.uint32, bitcast=True) >> sh).to(gl.int32, bitcast=True) | ((hi << 1) << (31 - sh))
+
+
+@gluon.jit
+def _byte_f32(w, i: gl.constexpr):
+    return _e8m0_to_f32((w >> (8 * i)) & 0xFF)
+
+
+@gluon.jit
 def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, SUBK: gl.constexpr,
               FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
     """Issue the wgmma of step j (32 of K; sub = j % SUBK, static) asynchronously into a partial
@@ -80,6 +98,20 @@ def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.const
         p_free = gl.zeros_like(acc)
     a = a_bufs.index(s)
     if AROWS > 0:  # WS=2: this warpgroup's rows of the A tile
+        a = a.slice(AROW, AROWS, dim=0)
+    a = a.slice(sub * SK, SK, dim=1)
+    b = b_bufs.index(s).slice(sub * SK, SK, dim=1).permute((1, 0))
+    return warpgroup_mma(a, b, p_free, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _mma_slot(a_bufs, b_bufs, s: gl.constexpr, sub: gl.constexpr, acc, p_free, FRESH: gl.constexpr,
+              AROW: gl.constexpr, AROWS: gl.constexpr):
+    """MODE 3: the async wgmma of step sub of ring slot s (both static) into fresh zeros or p_free's registers."""
+    if FRESH:
+        p_free = gl.zeros_like(acc)
+    a = a_bufs.index(s)
+    if AROWS > 0:
         a = a.slice(AROW, AROWS, dim=0)
     a = a.slice(sub * SK, SK, dim=1)
     b = b_bufs.index(s).slice(sub * SK, SK, dim=1).permute((1, 0))
@@ -120,16 +152,17 @@ def _producer(a_desc, b_desc, a_row, b_row, k0, n_st, a_bufs, b_bufs, ready, emp
 
 @gluon.jit
 def _consumer(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs,
-              ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+              ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr,
+              FUNNEL: gl.constexpr):
     # the default partition's results travel as a tuple
     return (_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs,
-                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True), )
+                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, 0, 0, FUNNEL), )
 
 
 @gluon.jit
 def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
                   BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                  SUBK: gl.constexpr, WS: gl.constexpr):
+                  SUBK: gl.constexpr, WS: gl.constexpr, FUNNEL: gl.constexpr = False):
     """Allocate the TMA ring and run the mainloop: in the kernel's own warps (each refills the ring behind
     itself, with the CTA barriers Gluon inserts around the TMA issue), or (WS) with a 1-warp TMA producer
     partition and the mainloop in the default partition, which only waits for full slots and releases them."""
@@ -143,14 +176,14 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
     if WS:
         res = gl.warp_specialize([
             (_consumer, (acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
-                         a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK)),
+                         a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, FUNNEL)),
             (_producer, (a_desc, b_desc, a_row, b_row, k0, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty,
                          STAGES, SUBK)),
         ], [1], [24])
         acc = res[0]
     else:
         acc = _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
-                        a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, WS)
+                        a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, WS, 0, 0, FUNNEL)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(empty.index(i))
@@ -160,7 +193,8 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
 @gluon.jit
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
               a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-              SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
+              SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0,
+              FUNNEL: gl.constexpr = False):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
     calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
@@ -181,7 +215,72 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                         b_bufs.index(i), i < n_st)
     kb0 = k0 // SK
     n_main = 0
-    if MODE != 0:
+    if MODE == 3:
+        # static ring: blocks of STAGES stages (STAGES * SUBK steps) fully unrolled, so every ring index, smem
+        # slice and barrier is static and the phase is the block's parity; the scales of a stage come as one
+        # int32 per row (4 E8M0 bytes), loaded one stage ahead; B's (uniform) factors decoded once per stage
+        gl.static_assert(SUBK == 4, "MODE 3 reads a stage's 4 scale bytes as one word")
+        gl.static_assert(WS != 0, "MODE 3 needs the TMA producer partition (WS)")
+        BLK: gl.constexpr = STAGES * SUBK
+        n_blk = nk // BLK
+        n_main = n_blk * BLK
+        # scale words: stage t of this mainloop covers steps kb0 + 4t .. +3; FUNNEL (wgrad: kb0 % 4 may be
+        # nonzero, uniform) = the aligned words q0 + t and q0 + t + 1 funnel-shifted by sh; each word is loaded
+        # one stage before its first use and carried (lo, hi)
+        n_stg = n_main // SUBK
+        q0 = kb0 // 4
+        sh = (kb0 % 4) * 8
+        if FUNNEL:
+            wa_lo = _word(sa_ptrs, q0, n_stg > 0)
+            wb_lo = _word(sbt_ptr, q0, n_stg > 0)
+            wa_hi = _word(sa_ptrs, q0 + 1, (n_stg > 0) & (sh != 0) | (n_stg > 1))
+            wb_hi = _word(sbt_ptr, q0 + 1, (n_stg > 0) & (sh != 0) | (n_stg > 1))
+        else:
+            wa_hi = _word(sa_ptrs, q0, n_stg > 0)
+            wb_hi = _word(sbt_ptr, q0, n_stg > 0)
+            wa_lo = wa_hi
+            wb_lo = wb_hi
+        for b in range(n_blk):
+            ph = b & 1
+            jb = b * BLK
+            p_prev = acc  # (placeholders: set at step 0 before their first use)
+            p_free = acc
+            f_prev = wa_hi.to(gl.float32)
+            for s in gl.static_range(STAGES):
+                t = b * STAGES + s
+                if FUNNEL:
+                    wa = _funnel(wa_lo, wa_hi, sh)
+                    wb = _funnel(wb_lo, wb_hi, sh)
+                    wa_lo = wa_hi
+                    wb_lo = wb_hi
+                    ok = ((t + 1 < n_stg) & (sh != 0)) | (t + 2 < n_stg)
+                    wa_hi = _word(sa_ptrs, q0 + t + 2, ok)
+                    wb_hi = _word(sbt_ptr, q0 + t + 2, ok)
+                else:
+                    wa = wa_hi
+                    wb = wb_hi
+                    wa_hi = _word(sa_ptrs, q0 + t + 1, t + 1 < n_stg)
+                    wb_hi = _word(sbt_ptr, q0 + t + 1, t + 1 < n_stg)
+                mbarrier.wait(ready.index(s), ph)
+                for sub in gl.static_range(SUBK):
+                    u = s * SUBK + sub
+                    # MODE 2's register reuse: wgmma u overwrites partial u-2 (already promoted)
+                    p_new = _mma_slot(a_bufs, b_bufs, s, sub, acc, p_free, u < 2, AROW, AROWS)
+                    f_new = _byte_f32(wa, sub) * _byte_f32(wb, sub)
+                    if u > 0:
+                        p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
+                        if sub == 0:  # the previous stage's wgmmas have all finished
+                            _release(s - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty,
+                                     STAGES, SUBK, True)
+                        acc = acc + p_done * gl.expand_dims(f_prev, 1)
+                        p_free = p_done
+                    p_prev = p_new
+                    f_prev = f_new
+            p_done, acc = warpgroup_mma_wait(num_outstanding=0, deps=(p_prev, acc))
+            _release(STAGES - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
+                     True)
+            acc = acc + p_done * gl.expand_dims(f_prev, 1)
+    elif MODE != 0:
         n_main = (nk // U) * U
         for j0 in range(0, n_main, U):
             p_prev = _mma_step(j0, 0, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS)
@@ -386,7 +485,6 @@ def _wgrad_kernel(
     tile. A block straddling a group boundary has one scale for both groups; each group sums its own tokens."""
     mma_layout: gl.constexpr = _mma_layout(BN, BK, num_warps)
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
-    st_layout: gl.constexpr = _store_layout(BK, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
 
     pid = gl.program_id(0)
     e = gl.program_id(1)
@@ -403,31 +501,88 @@ def _wgrad_kernel(
     end = gl.minimum(gl.load(offs_ptr + e), M)
     start = gl.minimum(gl.maximum(gl.load(offs_ptr + e - 1, mask=e > 0, other=0), 0), end)
 
-    xm_buf = gl.allocate_shared_memory(x_desc.dtype, [BN, SK], _step_smem_layout())
-    ym_buf = gl.allocate_shared_memory(y_desc.dtype, [BK, SK], _step_smem_layout())
-
-    rows = gl.minimum(n0 + gl.arange(0, BN, layout=row_layout), N - 1)
-    sx_ptrs = sx_ptr + rows * stride_sxn
-    syt_ptr = sy_ptr + k0 * stride_syk
-    acc = gl.zeros([BN, BK], gl.float32, mma_layout)
-
     first_full = gl.cdiv(start, SK) * SK
     last_full = (end // SK) * SK
-    if (start % SK != 0) & (start < end):
-        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
-                           n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
     nk = gl.maximum((last_full - first_full) // SK, 0)
-    acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
-                        BN, BK, STAGES, MODE, U, SUBK, WS)
-    if (end % SK != 0) & (last_full >= first_full) & (start < end):
-        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
-                           n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+    syt_ptr = sy_ptr + k0 * stride_syk
+    if WS == 2:
+        # two independent consumer warpgroups (rows n0 + [0, 64) and n0 + [64, 128) of dO^T, each with its own
+        # masked boundary steps and epilogue) and a TMA warp, as in the fprop/dgrad kernel
+        HB: gl.constexpr = BN // 2
+        a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BN, SUBK * SK], x_desc.layout)
+        b_bufs = gl.allocate_shared_memory(y_desc.dtype, [STAGES, BK, SUBK * SK], y_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        xm_bufs = gl.allocate_shared_memory(x_desc.dtype, [2, HB, SK], _step_smem_layout())
+        ym_bufs = gl.allocate_shared_memory(y_desc.dtype, [2, BK, SK], _step_smem_layout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        gl.warp_specialize([
+            (_wgrad_half, (0, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr, c_ptr, a_bufs, b_bufs, ready, empty,
+                           xm_bufs.index(0), ym_bufs.index(0), e, n0, k0, start, end, first_full, last_full, nk,
+                           N, K, stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syt, stride_ce, stride_cn,
+                           BN, BK, STAGES, MODE, U, SUBK)),
+            (_wgrad_half, (1, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr, c_ptr, a_bufs, b_bufs, ready, empty,
+                           xm_bufs.index(1), ym_bufs.index(1), e, n0, k0, start, end, first_full, last_full, nk,
+                           N, K, stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syt, stride_ce, stride_cn,
+                           BN, BK, STAGES, MODE, U, SUBK)),
+            (_producer, (x_desc, y_desc, n0, k0, first_full, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty,
+                         STAGES, SUBK)),
+        ], [4, 1], [240, 24])
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+            mbarrier.invalidate(empty.index(i))
+    else:
+        xm_buf = gl.allocate_shared_memory(x_desc.dtype, [BN, SK], _step_smem_layout())
+        ym_buf = gl.allocate_shared_memory(y_desc.dtype, [BK, SK], _step_smem_layout())
+        rows = gl.minimum(n0 + gl.arange(0, BN, layout=row_layout), N - 1)
+        sx_ptrs = sx_ptr + rows * stride_sxn
+        acc = gl.zeros([BN, BK], gl.float32, mma_layout)
+        if (start % SK != 0) & (start < end):
+            acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                               n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+        acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
+                            BN, BK, STAGES, MODE, U, SUBK, WS, True)
+        if (end % SK != 0) & (last_full >= first_full) & (start < end):
+            acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                               n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+        _store_wgrad(acc, c_ptr, e, n0, k0, N, K, stride_ce, stride_cn, BN, BK, num_warps)
+
+
+@gluon.jit
+def _store_wgrad(acc, c_ptr, e, n0, k0, N, K, stride_ce, stride_cn, BN: gl.constexpr, BK: gl.constexpr,
+                 num_warps: gl.constexpr):
+    st_layout: gl.constexpr = _store_layout(BK, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
     out = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), st_layout)
     offs_n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, st_layout))
     offs_k = k0 + gl.arange(0, BK, layout=gl.SliceLayout(0, st_layout))
     cmask = gl.expand_dims(offs_n < N, 1) & gl.expand_dims(offs_k < K, 0)
     gl.store(c_ptr + e * stride_ce + gl.expand_dims(offs_n, 1) * stride_cn + gl.expand_dims(offs_k, 0), out,
              mask=cmask)
+
+
+@gluon.jit
+def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr, c_ptr, a_bufs, b_bufs, ready,
+                empty, xm_buf, ym_buf, e, n0, k0, start, end, first_full, last_full, nk, N, K, stride_xn,
+                stride_sxn, stride_sxt, stride_yk, stride_syt, stride_ce, stride_cn, BN: gl.constexpr,
+                BK: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+    """WS=2 wgrad consumer: rows n0 + idx*BN/2 + [0, BN/2) of dW[e]'s tile, boundary steps included."""
+    HB: gl.constexpr = BN // 2
+    mma_layout: gl.constexpr = _mma_layout(HB, BK, 4)
+    nh = n0 + idx * HB
+    rows = gl.minimum(nh + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), N - 1)
+    sx_ptrs = sx_ptr + rows * stride_sxn
+    acc = gl.zeros([HB, BK], gl.float32, mma_layout)
+    if (start % SK != 0) & (start < end):
+        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                           nh, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, HB, BK, 4)
+    acc = _mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt, a_bufs,
+                    b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, idx * HB, HB, True)
+    if (end % SK != 0) & (last_full >= first_full) & (start < end):
+        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                           nh, k0, last_full, start, end, N, K, xm_buf, ym_buf, HB, BK, 4)
+    _store_wgrad(acc, c_ptr, e, nh, k0, N, K, stride_ce, stride_cn, HB, BK, 4)
 
 
 # ------------------------------------------------------------------------------------------ launchers
@@ -476,6 +631,20 @@ def _split_config(config):
     return tuple(config[:8]), int(config[8]) if len(config) > 8 else 0
 
 
+def _words_ok(*scales):
+    """MODE 3 reads 4 scale bytes as one int32: every scale tensor needs a 4-byte aligned base, contiguous steps
+    and 4-byte aligned row strides."""
+    return all(t.data_ptr() % 4 == 0 and t.stride(-1) == 1 and all(st % 4 == 0 for st in t.stride()[:-1])
+               for t in scales)
+
+
+def _mode3_fallback(cfg, *scales):
+    """MODE 3 on scales it cannot read as words runs MODE 2 (U = 8) with the same tiles and ring."""
+    if cfg[4] == 3 and not _words_ok(*scales):
+        return cfg[:4] + (2, 8) + cfg[6:]
+    return cfg
+
+
 def _ws_launch(ws, warps):
     """WS adds a 1-warp producer partition (WS=2 also a second 4-warp consumer), each occupying a warpgroup's
     register share: cap the launch at 65536 registers over all warps; the producer drops to 24 registers and
@@ -499,6 +668,8 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
         return out.zero_()
     check_device(who, a, b, sa, sb, offs)
     (BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps), WS = _split_config(config or DEFAULT_CONFIG)
+    BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps = _mode3_fallback((BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps),
+                                                                    sa, sb)
     if BN != COL_TILE:
         _fail(who, f"BN={BN}: the tiled weight scale is read per {COL_TILE}-row tile")
     if WS == 2 and (BM != 128 or warps != 4):
@@ -534,10 +705,12 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
     (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
+    BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps = _mode3_fallback((BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps),
+                                                                    sx, sy)
     if BK != COL_TILE:
         _fail(who, f"BK={BK}: the tiled x^T scale is read per {COL_TILE}-row tile")
-    if WS not in (0, 1):
-        _fail(who, f"WS={WS}: wgrad supports WS 0 or 1")
+    if WS == 2 and (BN != 128 or warps != 4):
+        _fail(who, f"WS=2 runs two 4-warp consumers on a 128-row tile; got BN={BN}, num_warps={warps}")
     _tma_operand(who, "dO^T", x)
     _tma_operand(who, "A^T", y)
     grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)

@@ -16,11 +16,14 @@ TOL_BF16 = 3e-3
 SIZES = [0, 1, 31, 33, 127, 129, 1000, 2431]  # E = 8; 3754 tokens
 # (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS]): the default; the wait-every-wgmma schedule;
 # 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles on one
-# warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization)
+# warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization); MODE 3 (static ring, one
+# int32 of scales per row and stage) with two 4-warp consumers and with one 8-warp consumer
+M3_WS2 = (128, 128, 4, 8, 3, 16, 4, 4, 2)
+M3_WS1 = (128, 128, 4, 8, 3, 16, 4, 8, 1)
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
-              (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8)]
+              (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M3_WS2, M3_WS1]
 WGRAD_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 2, 8, 4, 8, 1), (64, 128, 4, 8, 2, 8, 4, 4),
-                 (128, 128, 3, 8, 1, 4, 2, 8)]
+                 (128, 128, 3, 8, 1, 4, 2, 8), (128, 128, 4, 8, 2, 8, 4, 4, 2), M3_WS2, M3_WS1]
 
 
 def rel(out, ref):
@@ -44,7 +47,7 @@ def _quant(x, block_tile):
 
 
 @pytest.mark.parametrize("config", NT_CONFIGS)
-@pytest.mark.parametrize("K,N", [(512, 384), (1056, 256)])
+@pytest.mark.parametrize("K,N", [(512, 384), (1056, 256), (640, 128)])
 def test_gluon_fprop_dgrad(config, K, N):
     from kernels.grouped_gemm import grouped_mm_dgrad_reference, grouped_mm_fprop_reference
     from kernels.grouped_gemm.gluon_mx import launch_nt
@@ -111,7 +114,8 @@ def test_gluon_public_api_matches_triton_backend():
 
 
 @pytest.mark.parametrize("config", WGRAD_CONFIGS)
-def test_gluon_wgrad(config):
+@pytest.mark.parametrize("tail", [64, 32])
+def test_gluon_wgrad(config, tail):
     from kernels.grouped_gemm import grouped_mm_wgrad_reference
     from kernels.grouped_gemm.gluon_mx import launch_wgrad
     torch.manual_seed(1)
@@ -119,7 +123,7 @@ def test_gluon_wgrad(config):
     cfg = config  # (BN, BK, ...): BN 64 or 128 rows of dO^T, BK 128 rows of x^T
     offs = _offs(SIZES)
     real = (sum(SIZES) + 31) // 32 * 32  # NaN only in whole 32-token blocks past offs[-1]
-    M = real + 64
+    M = real + tail  # tail 64: M/32 = 120, 4-byte scale rows (MODE 3's word path); 32: 119 (MODE 3 falls back)
     x = torch.randn(M, K, device="cuda")
     do = torch.randn(M, N, device="cuda")
     x[real:] = float("nan")
