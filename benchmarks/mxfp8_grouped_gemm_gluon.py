@@ -53,6 +53,8 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     # wgrad with two 4-warp consumers (WS=2), MODE 2 / MODE 3 (fprop/dgrad: the m3 config)
     "wg2_m2": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
     "wg2_m3": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 3, 16, 4, 4, 2)),
+    # fprop/dgrad MODE 3 on the persistent grid (one CTA per SM), wgrad WS=2 MODE 2
+    "m3p": ((128, 128, 4, 8, 3, 16, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
 }
 
 

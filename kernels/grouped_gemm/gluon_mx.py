@@ -194,7 +194,7 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
               a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
               SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0,
-              FUNNEL: gl.constexpr = False):
+              FUNNEL: gl.constexpr = False, blk0=0):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
     calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
@@ -241,7 +241,7 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
             wa_lo = wa_hi
             wb_lo = wb_hi
         for b in range(n_blk):
-            ph = b & 1
+            ph = (b + blk0) & 1  # blk0: blocks this ring ran before (persistent grid)
             jb = b * BLK
             p_prev = acc  # (placeholders: set at step 0 before their first use)
             p_free = acc
@@ -339,20 +339,10 @@ def _store_layout(BN, elem_bits, num_warps):
 
 
 @gluon.jit
-def _nt_grouped_kernel(
-    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr,
-    M, N, K, NUM_M_TILES,
-    stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
-    BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
-    MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
-):
-    """out[rows of group e] = A[rows] @ B[e]^T; A [M, K] (a_desc box [BM, 32]), B [E, N, K] seen as [E*N, K]
-    (b_desc box [BN, 32]); scales sa[m, k/32], sb[e, n, k/32] through strides; B's scale is constant over the
-    BN rows of a tile (the tile's first row is read)."""
-    mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
-    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
-
-    pid = gl.program_id(0)
+def _nt_tile(pid, offs_ptr, M, N, K, NUM_M_TILES, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr,
+             E: gl.constexpr):
+    """Output tile number pid -> (expert (-1: past the last group), first A row, rows base + [0, BM) of which
+    [lo, hi) are written, column tile nt, reduction steps nk)."""
     num_n = gl.cdiv(N, BN)
     width = GROUP_M * num_n
     first_m = (pid // width) * GROUP_M
@@ -384,10 +374,103 @@ def _nt_grouped_kernel(
     base = gl.where(real, row0, pad0)
     lo = gl.where(real, row0, start)
     hi = gl.where(real, row_end, M)
+    nk = gl.where(real, K // SK, 0)
+    return expert, row0, base, lo, hi, nt, nk
+
+
+@gluon.jit
+def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
+                   stride_sbe, stride_sbn, stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
+                   STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+                   SUBK: gl.constexpr):
+    """Persistent WS=2 grid (one CTA per SM, tiles pid, pid + grid, ...): the TMA warp runs ahead into the next
+    tile while the consumers store the last one. The ring runs on across tiles; the launcher guarantees that
+    every tile's steps fill whole MODE 3 blocks (K % (32 * SUBK * STAGES) == 0), so the slots stay static."""
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    n_tiles = NUM_M_TILES * gl.cdiv(N, BN)
+    gl.warp_specialize([
+        (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr, M,
+                               N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk,
+                               stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
+        (_nt_half_persistent, (1, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr, M,
+                               N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk,
+                               stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
+        (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES, n_tiles,
+                                BM, BN, STAGES, GROUP_M, E, SUBK)),
+    ], [4, 1], [240, 40])
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+@gluon.jit
+def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr,
+                        offs_ptr, M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                        stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                        GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+                        SUBK: gl.constexpr):
+    HB: gl.constexpr = BM // 2
+    mma_layout: gl.constexpr = _mma_layout(HB, BN, 4)
+    n_done = 0  # MODE 3 blocks consumed so far: the ring's phase
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
+        rows = gl.minimum(base + idx * HB + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), M - 1)
+        sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
+        acc = gl.zeros([HB, BN], gl.float32, mma_layout)
+        acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptr + rows * stride_sam,
+                        stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True,
+                        idx * HB, HB, False, n_done)
+        n_done += nk // (STAGES * SUBK)
+        _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, 4)
+
+
+@gluon.jit
+def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES, n_tiles,
+                         BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                         E: gl.constexpr, SUBK: gl.constexpr):
+    g = 0  # stages issued so far (all tiles)
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
+        b_row = expert * N + nt * BN
+        for st in range(gl.cdiv(nk, SUBK)):
+            s = g % STAGES
+            mbarrier.wait(empty.index(s), ((g // STAGES) & 1) ^ 1)
+            _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                        b_bufs.index(s), True)
+            g += 1
+
+
+@gluon.jit
+def _nt_grouped_kernel(
+    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+    M, N, K, NUM_M_TILES,
+    stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
+    BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
+    MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
+    PERSIST: gl.constexpr = False,
+):
+    """out[rows of group e] = A[rows] @ B[e]^T; A [M, K] (a_desc box [BM, 32]), B [E, N, K] seen as [E*N, K]
+    (b_desc box [BN, 32]); scales sa[m, k/32], sb[e, n, k/32] through strides; B's scale is constant over the
+    BN rows of a tile (the tile's first row is read)."""
+    mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+
+    if PERSIST:
+        gl.static_assert(WS == 2, "the persistent grid runs the WS=2 partitions")
+        _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
+                       stride_sbe, stride_sbn, stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)
+        return
+    expert, row0, base, lo, hi, nt, nk = _nt_tile(gl.program_id(0), offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M,
+                                                  E)
     rows = gl.minimum(base + gl.arange(0, BM, layout=row_layout), M - 1)
     sa_ptrs = sa_ptr + rows * stride_sam
     sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
-    nk = gl.where(real, K // SK, 0)
     if WS == 2:
         # two independent consumer warpgroups (rows 0-63 and 64-127 of the tile, each with its own epilogue)
         # and a TMA warp: no CTA barrier ties the consumers together, so one promotes while the other's
@@ -627,8 +710,13 @@ def _tma_operand(who, name, t):
 
 
 def _split_config(config):
-    """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0."""
+    """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0. An optional 10th
+    entry (fprop/dgrad, WS=2 + MODE 3 only) asks for the persistent grid: see launch_nt."""
     return tuple(config[:8]), int(config[8]) if len(config) > 8 else 0
+
+
+def _persist(config):
+    return bool(config[9]) if config is not None and len(config) > 9 else False
 
 
 def _words_ok(*scales):
@@ -679,12 +767,16 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     _tma_operand(who, "B", b2)
     num_m = (M + BM - 1) // BM + E + 1  # each group adds at most one partial tile; then the padding rows
     grid = (num_m * ((C + BN - 1) // BN),)
+    # persistent grid (asked for by the config): needs whole MODE 3 blocks per tile, else the plain grid
+    persist = _persist(config or DEFAULT_CONFIG) and WS == 2 and MODE == 3 and R % (SK.value * SUBK * STAGES) == 0
+    if persist:
+        grid = (min(grid[0], torch.cuda.get_device_properties(a.device).multi_processor_count),)
     _nt_grouped_kernel[grid](
         _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs,
         M, C, R, num_m,
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0),
         BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
-        **_ws_launch(WS, warps),
+        PERSIST=persist, **_ws_launch(WS, warps),
     )
     return out
 
@@ -748,7 +840,7 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
                    c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32, NUM_M_TILES=i32, stride_sam=i32,
                    stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
         cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, WS=WS,
-                  num_warps=warps)
+                  num_warps=warps, PERSIST=_persist(config))
         fn = _nt_grouped_kernel
     else:
         (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)

@@ -17,11 +17,13 @@ SIZES = [0, 1, 31, 33, 127, 129, 1000, 2431]  # E = 8; 3754 tokens
 # (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS]): the default; the wait-every-wgmma schedule;
 # 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles on one
 # warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization); MODE 3 (static ring, one
-# int32 of scales per row and stage) with two 4-warp consumers and with one 8-warp consumer
+# int32 of scales per row and stage) with two 4-warp consumers and with one 8-warp consumer; MODE 3 WS=2 on the
+# persistent grid (K = 512: whole MODE 3 blocks, persistent; 640 and 1056: the plain grid)
 M3_WS2 = (128, 128, 4, 8, 3, 16, 4, 4, 2)
 M3_WS1 = (128, 128, 4, 8, 3, 16, 4, 8, 1)
+M3_PERSIST = (128, 128, 4, 8, 3, 16, 4, 4, 2, 1)
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
-              (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M3_WS2, M3_WS1]
+              (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M3_WS2, M3_WS1, M3_PERSIST]
 WGRAD_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 2, 8, 4, 8, 1), (64, 128, 4, 8, 2, 8, 4, 4),
                  (128, 128, 3, 8, 1, 4, 2, 8), (128, 128, 4, 8, 2, 8, 4, 4, 2), M3_WS2, M3_WS1]
 
