@@ -21,9 +21,10 @@ for j in $JOBS; do
   ncu -i $OUT/$n.ncu-rep --page details > $OUT/$n.details.txt 2>&1
   ncu -i $OUT/$n.ncu-rep --page source --csv --print-source sass > $OUT/$n.sass.csv 2>&1
   ncu -i $OUT/$n.ncu-rep --page raw --csv > $OUT/$n.raw.csv 2>&1
-  python benchmarks/gluon_ncu_stalls.py $OUT/$n.raw.csv > $OUT/$n.stalls.txt 2>&1; head -30 $OUT/$n.stalls.txt
+  python benchmarks/gluon_ncu_stalls.py $OUT/$n.raw.csv > $OUT/$n.stalls.txt 2>&1
+  python benchmarks/gluon_ncu_stalls.py --sass $OUT/$n.sass.csv >> $OUT/$n.stalls.txt 2>&1; head -60 $OUT/$n.stalls.txt
+  rm -f $OUT/$n.ncu-rep $OUT/$n.raw.csv $OUT/$n.details.txt; gzip -f $OUT/$n.sass.csv
   echo "== $n ($(( $(date +%s) - t0 ))s)"
-  grep -E "Duration|Stall|Issue Slot|Warp Cycles Per Issued|Eligible|Active Warps|Issued Warp|No Eligible|SM Busy|Executed Ipc" $OUT/$n.details.txt | head -24
 done
 rm -f $OUT/*.ncu-rep.tmp
 PYTHONUNBUFFERED=1 timeout $T2 python benchmarks/mxfp8_grouped_gemm_gluon.py "$@" > $OUT/bench.log 2>&1

@@ -55,6 +55,11 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     "wg2_m3": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 3, 16, 4, 4, 2)),
     # fprop/dgrad MODE 3 on the persistent grid (one CTA per SM), wgrad WS=2 MODE 2
     "m3p": ((128, 128, 4, 8, 3, 16, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
+    # MODE 4: MODE 2's loop (blocks of U steps) with one int32 of scales per row and stage; wgrad WS=2
+    "m4": ((128, 128, 4, 8, 4, 8, 4, 4, 2), (128, 128, 4, 8, 4, 8, 4, 4, 2)),
+    "m4u4": ((128, 128, 4, 8, 4, 4, 4, 4, 2), (128, 128, 4, 8, 4, 4, 4, 4, 2)),
+    # MODE 4 on the persistent grid; wgrad WS=2 MODE 2
+    "m4p": ((128, 128, 4, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
 }
 
 

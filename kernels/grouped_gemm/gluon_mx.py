@@ -86,11 +86,11 @@ def _byte_f32(w, i: gl.constexpr):
 
 @gluon.jit
 def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, SUBK: gl.constexpr,
-              FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
+              FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0, st0=0):
     """Issue the wgmma of step j (32 of K; sub = j % SUBK, static) asynchronously into a partial
     (use_acc=False): into fresh zeros (FRESH) or into the registers of p_free, a partial already promoted.
     A stage holds SUBK steps; its TMA barrier is waited on at its first step."""
-    st = j // SUBK
+    st = st0 + j // SUBK  # st0: stages this ring ran before (persistent grid)
     s = st % STAGES
     if sub == 0:
         mbarrier.wait(ready.index(s), (st // STAGES) & 1)
@@ -194,7 +194,7 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
               a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
               SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0,
-              FUNNEL: gl.constexpr = False, blk0=0):
+              FUNNEL: gl.constexpr = False, st0=0):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
     calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
@@ -215,13 +215,17 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                         b_bufs.index(i), i < n_st)
     kb0 = k0 // SK
     n_main = 0
-    if MODE == 3:
-        # static ring: blocks of STAGES stages (STAGES * SUBK steps) fully unrolled, so every ring index, smem
-        # slice and barrier is static and the phase is the block's parity; the scales of a stage come as one
-        # int32 per row (4 E8M0 bytes), loaded one stage ahead; B's (uniform) factors decoded once per stage
-        gl.static_assert(SUBK == 4, "MODE 3 reads a stage's 4 scale bytes as one word")
-        gl.static_assert(WS != 0, "MODE 3 needs the TMA producer partition (WS)")
-        BLK: gl.constexpr = STAGES * SUBK
+    if MODE >= 3:
+        # MODE 3: static ring: blocks of STAGES stages (STAGES * SUBK steps) fully unrolled, so every ring index,
+        # smem slice and barrier is static and the phase is the block's parity (measured slower: the 16-step
+        # body of each of the two consumers overflows the instruction cache). MODE 4: MODE 2's blocks of U steps
+        # (dynamic slots). Both read the scales of a stage as one int32 per row (4 E8M0 bytes), one stage ahead.
+        gl.static_assert(SUBK == 4, "MODE 3/4 read a stage's 4 scale bytes as one word")
+        gl.static_assert(WS != 0, "MODE 3/4 need the TMA producer partition (WS)")
+        STATIC: gl.constexpr = MODE == 3
+        BLK: gl.constexpr = STAGES * SUBK if STATIC else U
+        gl.static_assert(BLK % SUBK == 0, "blocks of whole stages")
+        NS: gl.constexpr = BLK // SUBK
         n_blk = nk // BLK
         n_main = n_blk * BLK
         # scale words: stage t of this mainloop covers steps kb0 + 4t .. +3; FUNNEL (wgrad: kb0 % 4 may be
@@ -241,13 +245,12 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
             wa_lo = wa_hi
             wb_lo = wb_hi
         for b in range(n_blk):
-            ph = (b + blk0) & 1  # blk0: blocks this ring ran before (persistent grid)
-            jb = b * BLK
+            ph = (st0 // STAGES + b) & 1  # MODE 3; st0: stages this ring ran before (persistent grid)
             p_prev = acc  # (placeholders: set at step 0 before their first use)
             p_free = acc
             f_prev = wa_hi.to(gl.float32)
-            for s in gl.static_range(STAGES):
-                t = b * STAGES + s
+            for s in gl.static_range(NS):
+                t = b * NS + s
                 if FUNNEL:
                     wa = _funnel(wa_lo, wa_hi, sh)
                     wb = _funnel(wb_lo, wb_hi, sh)
@@ -261,24 +264,29 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                     wb = wb_hi
                     wa_hi = _word(sa_ptrs, q0 + t + 1, t + 1 < n_stg)
                     wb_hi = _word(sbt_ptr, q0 + t + 1, t + 1 < n_stg)
-                mbarrier.wait(ready.index(s), ph)
+                if STATIC:
+                    mbarrier.wait(ready.index(s), ph)
                 for sub in gl.static_range(SUBK):
                     u = s * SUBK + sub
                     # MODE 2's register reuse: wgmma u overwrites partial u-2 (already promoted)
-                    p_new = _mma_slot(a_bufs, b_bufs, s, sub, acc, p_free, u < 2, AROW, AROWS)
+                    if STATIC:
+                        p_new = _mma_slot(a_bufs, b_bufs, s, sub, acc, p_free, u < 2, AROW, AROWS)
+                    else:
+                        p_new = _mma_step(b * BLK + u, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, u < 2, p_free,
+                                          AROW, AROWS, st0)
                     f_new = _byte_f32(wa, sub) * _byte_f32(wb, sub)
                     if u > 0:
                         p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
                         if sub == 0:  # the previous stage's wgmmas have all finished
-                            _release(s - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty,
-                                     STAGES, SUBK, True)
+                            _release(st0 + t - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready,
+                                     empty, STAGES, SUBK, True)
                         acc = acc + p_done * gl.expand_dims(f_prev, 1)
                         p_free = p_done
                     p_prev = p_new
                     f_prev = f_new
             p_done, acc = warpgroup_mma_wait(num_outstanding=0, deps=(p_prev, acc))
-            _release(STAGES - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
-                     True)
+            _release(st0 + b * NS + NS - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES,
+                     SUBK, True)
             acc = acc + p_done * gl.expand_dims(f_prev, 1)
     elif MODE != 0:
         n_main = (nk // U) * U
@@ -310,10 +318,10 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
             j = jt + sub
             if j < nk:
                 f = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j)
-                p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS)
+                p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS, st0)
                 p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
                 acc = acc + p * gl.expand_dims(f, 1)
-        _release(jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
+        _release(st0 + jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
                  WS)
     return acc
 
@@ -385,7 +393,8 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
                    SUBK: gl.constexpr):
     """Persistent WS=2 grid (one CTA per SM, tiles pid, pid + grid, ...): the TMA warp runs ahead into the next
     tile while the consumers store the last one. The ring runs on across tiles; the launcher guarantees that
-    every tile's steps fill whole MODE 3 blocks (K % (32 * SUBK * STAGES) == 0), so the slots stay static."""
+    for MODE 3 that every tile's steps fill whole blocks (K % (32 * SUBK * STAGES) == 0: static slots); MODE 4
+    (and every tail) counts the ring's stages across tiles."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -417,7 +426,7 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
                         SUBK: gl.constexpr):
     HB: gl.constexpr = BM // 2
     mma_layout: gl.constexpr = _mma_layout(HB, BN, 4)
-    n_done = 0  # MODE 3 blocks consumed so far: the ring's phase
+    n_done = 0  # ring stages consumed so far (all tiles): slot and phase of the next one
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
         rows = gl.minimum(base + idx * HB + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), M - 1)
@@ -426,7 +435,7 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
         acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptr + rows * stride_sam,
                         stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True,
                         idx * HB, HB, False, n_done)
-        n_done += nk // (STAGES * SUBK)
+        n_done += gl.cdiv(nk, SUBK)
         _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, 4)
 
 
@@ -720,15 +729,15 @@ def _persist(config):
 
 
 def _words_ok(*scales):
-    """MODE 3 reads 4 scale bytes as one int32: every scale tensor needs a 4-byte aligned base, contiguous steps
+    """MODE 3/4 read 4 scale bytes as one int32: every scale tensor needs a 4-byte aligned base, contiguous steps
     and 4-byte aligned row strides."""
     return all(t.data_ptr() % 4 == 0 and t.stride(-1) == 1 and all(st % 4 == 0 for st in t.stride()[:-1])
                for t in scales)
 
 
 def _mode3_fallback(cfg, *scales):
-    """MODE 3 on scales it cannot read as words runs MODE 2 (U = 8) with the same tiles and ring."""
-    if cfg[4] == 3 and not _words_ok(*scales):
+    """MODE 3/4 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
+    if cfg[4] in (3, 4) and not _words_ok(*scales):
         return cfg[:4] + (2, 8) + cfg[6:]
     return cfg
 
@@ -767,8 +776,9 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     _tma_operand(who, "B", b2)
     num_m = (M + BM - 1) // BM + E + 1  # each group adds at most one partial tile; then the padding rows
     grid = (num_m * ((C + BN - 1) // BN),)
-    # persistent grid (asked for by the config): needs whole MODE 3 blocks per tile, else the plain grid
-    persist = _persist(config or DEFAULT_CONFIG) and WS == 2 and MODE == 3 and R % (SK.value * SUBK * STAGES) == 0
+    # persistent grid (asked for by the config): MODE 4, or MODE 3 with whole blocks per tile; else the plain grid
+    persist = _persist(config or DEFAULT_CONFIG) and WS == 2 and (
+        MODE == 4 or (MODE == 3 and R % (SK.value * SUBK * STAGES) == 0))
     if persist:
         grid = (min(grid[0], torch.cuda.get_device_properties(a.device).multi_processor_count),)
     _nt_grouped_kernel[grid](
