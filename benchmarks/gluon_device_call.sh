@@ -17,15 +17,18 @@ for j in $JOBS; do
   n=ncu_${p}_${c}_${sh:-dsv3_up}_${r:-even}
   timeout 90 ncu --clock-control none --section WarpStateStats --section SchedulerStats --section SourceCounters \
     --section SpeedOfLight --section ComputeWorkloadAnalysis -k regex:$k -s 2 -c 1 -f -o $OUT/$n \
-    python benchmarks/gluon_ncu_one.py $p $c ${sh:-dsv3_up} ${r:-even} > $OUT/$n.run.log 2>&1
+    python benchmarks/gluon_ncu_one.py $p $c ${sh:-dsv3_up} ${r:-even} > /tmp/$n.run.log 2>&1 || tail -5 /tmp/$n.run.log
   ncu -i $OUT/$n.ncu-rep --page details > $OUT/$n.details.txt 2>&1
   ncu -i $OUT/$n.ncu-rep --page source --csv --print-source sass > $OUT/$n.sass.csv 2>&1
   ncu -i $OUT/$n.ncu-rep --page raw --csv > $OUT/$n.raw.csv 2>&1
-  python benchmarks/gluon_ncu_stalls.py $OUT/$n.raw.csv > $OUT/$n.stalls.txt 2>&1
-  python benchmarks/gluon_ncu_stalls.py --sass $OUT/$n.sass.csv >> $OUT/$n.stalls.txt 2>&1; head -60 $OUT/$n.stalls.txt
+  echo "## $n" > /tmp/$n.stalls.txt
+  python benchmarks/gluon_ncu_stalls.py $OUT/$n.raw.csv >> /tmp/$n.stalls.txt 2>&1
+  python benchmarks/gluon_ncu_stalls.py --sass $OUT/$n.sass.csv >> /tmp/$n.stalls.txt 2>&1
+  cat /tmp/$n.stalls.txt >> $OUT/ncu_stalls.txt; head -40 /tmp/$n.stalls.txt
   rm -f $OUT/$n.ncu-rep $OUT/$n.raw.csv $OUT/$n.details.txt; gzip -f $OUT/$n.sass.csv
   echo "== $n ($(( $(date +%s) - t0 ))s)"
 done
 rm -f $OUT/*.ncu-rep.tmp
 PYTHONUNBUFFERED=1 timeout $T2 python benchmarks/mxfp8_grouped_gemm_gluon.py "$@" > $OUT/bench.log 2>&1
 echo "bench rc=$? ($(( $(date +%s) - t0 ))s)"; grep -v '^{' $OUT/bench.log | tail -80
+echo "pytest:"; grep -E "passed|failed|error" $OUT/pytest.log | tail -3; grep -E "^FAILED|^ERROR" $OUT/pytest.log | head -20
