@@ -60,6 +60,11 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     "m4u4": ((128, 128, 4, 8, 4, 4, 4, 4, 2), (128, 128, 4, 8, 4, 4, 4, 4, 2)),
     # MODE 4 on the persistent grid; wgrad WS=2 MODE 2
     "m4p": ((128, 128, 4, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
+    # the defaults before device call 2 (fprop/dgrad MODE 2 WS=2, wgrad MODE 1 WS=1)
+    "old": ((128, 128, 4, 8, 2, 8, 4, 4, 2), (128, 128, 4, 8, 1, 8, 4, 8, 1)),
+    # persistent MODE 4 with 16-step blocks (wgrad: MODE 4 U=4) / with 5 stages (wgrad: MODE 2 WS=2)
+    "m4u16p": ((128, 128, 4, 8, 4, 16, 4, 4, 2, 1), (128, 128, 4, 8, 4, 4, 4, 4, 2)),
+    "m4s5p": ((128, 128, 5, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
 }
 
 
@@ -212,12 +217,7 @@ def main():
 
 def op_section(rec, shape, rep):
     """Whole op fwd+bwd (both quantizations of x and dO, weight quantizations, 3 GEMMs), 3 GEMMs of FLOPs."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "titan_fp8", "float8",
-                        "experts.py")  # loaded from its file: the package __init__ may need torchao
-    spec = importlib.util.spec_from_file_location("_experts_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from titan_fp8.float8 import experts as mod  # (relative imports inside: load it as a package module)
     K, N = SHAPES[shape]
     M = E * TPE
     flops = 3 * 2 * M * N * K
