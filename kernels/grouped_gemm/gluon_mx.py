@@ -22,8 +22,12 @@ wgmmas read 32-wide slices), so the barrier waits and TMA issues come once per S
 in flight. WS picks who refills the ring: 0 the kernel's own warps (Gluon then inserts CTA barriers around
 every TMA issue, which tie the warpgroups together), 1 a 1-warp producer partition, 2 (fprop/dgrad) a producer
 plus two independent 4-warp consumers that each own 64 rows of the 128x128 tile and their own epilogue, so one
-consumer's FMAs overlap the other's wgmmas as well. Scales are read with plain loads one step ahead (L1 hits).
-Measured variants and numbers: NOTES.md ("Gluon mx32").
+consumer's FMAs overlap the other's wgmmas as well (fprop/dgrad and wgrad). Scales are read with plain loads:
+MODE 0-2 one byte per row and step, one step ahead; MODE 4 (the default) and MODE 3 one int32 per row and TMA
+stage (the stage's 4 E8M0 bytes), one stage ahead (wgrad: two aligned words funnel-shifted, a group starts at
+any 32-token step); scales that cannot be read as aligned words run MODE 2 instead. The fprop/dgrad default runs
+on a persistent grid (one CTA per SM; the TMA warp loads the next tile while the consumers store this one).
+Measured variants and numbers: NOTES.md ("Gluon mx32", session 2026-11-25).
 
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
@@ -205,7 +209,10 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     cores run while the CUDA cores promote; the last partial of a block is promoted after wait(0), so no
     wgmma is in flight across the loop's back edge (a loop-carried in-flight accumulator costs register
     copies, which make ptxas serialize all wgmmas: C7514/C7515). MODE 1 gives each wgmma fresh zeros as its
-    ignored accumulator, MODE 2 the registers of the partial promoted just before."""
+    ignored accumulator, MODE 2 the registers of the partial promoted just before. MODE 4 = MODE 2 with one int32
+    of scales per row and stage (SUBK = 4, WS only); MODE 3 = MODE 4 with blocks of all STAGES stages unrolled
+    (static slots; measured slower: instruction cache). st0: ring stages used before this call (persistent grid);
+    FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
     gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
     gl.static_assert(U // SUBK <= STAGES, "the tail after the unrolled blocks must already be in flight")
     n_st = gl.cdiv(nk, SUBK)
