@@ -48,6 +48,23 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     "plain_m2": (128, 128, 4, 8, 2, 8, 4, 8),
     "bm64_m2": (64, 128, 4, 8, 2, 8, 4, 4),
     "sync": (128, 128, 4, 8, 0, 8, 4, 8),
+    # MODE 3: static ring (blocks of STAGES stages unrolled), one int32 of scales per row and stage
+    "m3": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 3, 16, 4, 8, 1)),
+    # wgrad with two 4-warp consumers (WS=2), MODE 2 / MODE 3 (fprop/dgrad: the m3 config)
+    "wg2_m2": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
+    "wg2_m3": ((128, 128, 4, 8, 3, 16, 4, 4, 2), (128, 128, 4, 8, 3, 16, 4, 4, 2)),
+    # fprop/dgrad MODE 3 on the persistent grid (one CTA per SM), wgrad WS=2 MODE 2
+    "m3p": ((128, 128, 4, 8, 3, 16, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
+    # MODE 4: MODE 2's loop (blocks of U steps) with one int32 of scales per row and stage; wgrad WS=2
+    "m4": ((128, 128, 4, 8, 4, 8, 4, 4, 2), (128, 128, 4, 8, 4, 8, 4, 4, 2)),
+    "m4u4": ((128, 128, 4, 8, 4, 4, 4, 4, 2), (128, 128, 4, 8, 4, 4, 4, 4, 2)),
+    # MODE 4 on the persistent grid; wgrad WS=2 MODE 2
+    "m4p": ((128, 128, 4, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
+    # the defaults before device call 2 (fprop/dgrad MODE 2 WS=2, wgrad MODE 1 WS=1)
+    "old": ((128, 128, 4, 8, 2, 8, 4, 4, 2), (128, 128, 4, 8, 1, 8, 4, 8, 1)),
+    # persistent MODE 4 with 16-step blocks (wgrad: MODE 4 U=4) / with 5 stages (wgrad: MODE 2 WS=2)
+    "m4u16p": ((128, 128, 4, 8, 4, 16, 4, 4, 2, 1), (128, 128, 4, 8, 4, 4, 4, 4, 2)),
+    "m4s5p": ((128, 128, 5, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
 }
 
 
@@ -76,6 +93,7 @@ def main():
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--routings", default="even")
     ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--skip-triton", action="store_true", help="leave out the Triton mx32 kernels")
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
     ap.add_argument("--op", default="", help="shapes (comma list) at which to also time the whole autograd op "
@@ -131,6 +149,8 @@ def main():
                     "wgrad": lambda s: mxfp8_grouped_mm_wgrad(*s[2][2], *s[2][3], offs, block=32, a_tile=128,
                                                               validate=False)},
             }
+            if args.skip_triton:
+                del calls["triton_mx32"]
             for c in args.configs.split(","):
                 cfg = CONFIGS[c]
                 ncfg, wcfg = cfg if cfg[0] is None or isinstance(cfg[0], tuple) else (cfg, cfg)
@@ -197,12 +217,7 @@ def main():
 
 def op_section(rec, shape, rep):
     """Whole op fwd+bwd (both quantizations of x and dO, weight quantizations, 3 GEMMs), 3 GEMMs of FLOPs."""
-    import importlib.util
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "titan_fp8", "float8",
-                        "experts.py")  # loaded from its file: the package __init__ may need torchao
-    spec = importlib.util.spec_from_file_location("_experts_bench", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    from titan_fp8.float8 import experts as mod  # (relative imports inside: load it as a package module)
     K, N = SHAPES[shape]
     M = E * TPE
     flops = 3 * 2 * M * N * K

@@ -39,7 +39,7 @@ Backends (keyword `backend`, ONE switch for all three ops, picked by `pick_backe
              alignment cannot be checked on the host without a sync), else "triton"; logs its choice once.
   "gluon"    gluon_mx.py (sm_90 only; needs w_tile / a_tile a multiple of 128): the true-1x32 kernels that keep
              the next wgmma in flight while a partial is promoted; measured 1.4-1.8x the Triton kernels at
-             block=32 (H100: 0.77-1.03x bf16, NOTES.md "Gluon mx32").
+             block=32 (H100, 2026-11-25: 0.91-1.13x bf16, NOTES.md "Gluon mx32").
   "auto"     for block=128 + tiles: "cutlass" (above); for block=32 + tiles on sm_90: "gluon"; else "triton".
 A named backend that cannot run raises; it never falls back.
 Operands must index within 2^31 elements (32-bit offsets in the kernels); larger calls raise ValueError.

@@ -22,8 +22,12 @@ wgmmas read 32-wide slices), so the barrier waits and TMA issues come once per S
 in flight. WS picks who refills the ring: 0 the kernel's own warps (Gluon then inserts CTA barriers around
 every TMA issue, which tie the warpgroups together), 1 a 1-warp producer partition, 2 (fprop/dgrad) a producer
 plus two independent 4-warp consumers that each own 64 rows of the 128x128 tile and their own epilogue, so one
-consumer's FMAs overlap the other's wgmmas as well. Scales are read with plain loads one step ahead (L1 hits).
-Measured variants and numbers: NOTES.md ("Gluon mx32").
+consumer's FMAs overlap the other's wgmmas as well (fprop/dgrad and wgrad). Scales are read with plain loads:
+MODE 0-2 one byte per row and step, one step ahead; MODE 4 (the default) and MODE 3 one int32 per row and TMA
+stage (the stage's 4 E8M0 bytes), one stage ahead (wgrad: two aligned words funnel-shifted, a group starts at
+any 32-token step); scales that cannot be read as aligned words run MODE 2 instead. The fprop/dgrad default runs
+on a persistent grid (one CTA per SM; the TMA warp loads the next tile while the consumers store this one).
+Measured variants and numbers: NOTES.md ("Gluon mx32", session 2026-11-25).
 
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
@@ -67,12 +71,30 @@ def _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb):
 
 
 @gluon.jit
+def _word(ptrs, i, ok):
+    """Aligned int32 number i of each row's scale bytes (4 E8M0 bytes, little-endian: byte b = step 4*i + b).
+    The launcher guarantees 4-byte aligned rows (base and row stride) with the steps contiguous."""
+    return gl.load((ptrs + 4 * i).to(gl.pointer_type(gl.int32), bitcast=True), mask=ok, other=0)
+
+
+@gluon.jit
+def _funnel(lo, hi, sh):
+    """The 4 bytes starting at byte sh/8 of the 8 bytes hi:lo (sh in {0, 8, 16, 24}, uniform)."""
+    return (lo.to(gl.uint32, bitcast=True) >> sh).to(gl.int32, bitcast=True) | ((hi << 1) << (31 - sh))
+
+
+@gluon.jit
+def _byte_f32(w, i: gl.constexpr):
+    return _e8m0_to_f32((w >> (8 * i)) & 0xFF)
+
+
+@gluon.jit
 def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, SUBK: gl.constexpr,
-              FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
+              FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0, st0=0):
     """Issue the wgmma of step j (32 of K; sub = j % SUBK, static) asynchronously into a partial
     (use_acc=False): into fresh zeros (FRESH) or into the registers of p_free, a partial already promoted.
     A stage holds SUBK steps; its TMA barrier is waited on at its first step."""
-    st = j // SUBK
+    st = st0 + j // SUBK  # st0: stages this ring ran before (persistent grid)
     s = st % STAGES
     if sub == 0:
         mbarrier.wait(ready.index(s), (st // STAGES) & 1)
@@ -80,6 +102,20 @@ def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.const
         p_free = gl.zeros_like(acc)
     a = a_bufs.index(s)
     if AROWS > 0:  # WS=2: this warpgroup's rows of the A tile
+        a = a.slice(AROW, AROWS, dim=0)
+    a = a.slice(sub * SK, SK, dim=1)
+    b = b_bufs.index(s).slice(sub * SK, SK, dim=1).permute((1, 0))
+    return warpgroup_mma(a, b, p_free, use_acc=False, is_async=True)
+
+
+@gluon.jit
+def _mma_slot(a_bufs, b_bufs, s: gl.constexpr, sub: gl.constexpr, acc, p_free, FRESH: gl.constexpr,
+              AROW: gl.constexpr, AROWS: gl.constexpr):
+    """MODE 3: the async wgmma of step sub of ring slot s (both static) into fresh zeros or p_free's registers."""
+    if FRESH:
+        p_free = gl.zeros_like(acc)
+    a = a_bufs.index(s)
+    if AROWS > 0:
         a = a.slice(AROW, AROWS, dim=0)
     a = a.slice(sub * SK, SK, dim=1)
     b = b_bufs.index(s).slice(sub * SK, SK, dim=1).permute((1, 0))
@@ -120,16 +156,17 @@ def _producer(a_desc, b_desc, a_row, b_row, k0, n_st, a_bufs, b_bufs, ready, emp
 
 @gluon.jit
 def _consumer(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs,
-              ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+              ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr,
+              FUNNEL: gl.constexpr):
     # the default partition's results travel as a tuple
     return (_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs,
-                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True), )
+                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, 0, 0, FUNNEL), )
 
 
 @gluon.jit
 def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
                   BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                  SUBK: gl.constexpr, WS: gl.constexpr):
+                  SUBK: gl.constexpr, WS: gl.constexpr, FUNNEL: gl.constexpr = False):
     """Allocate the TMA ring and run the mainloop: in the kernel's own warps (each refills the ring behind
     itself, with the CTA barriers Gluon inserts around the TMA issue), or (WS) with a 1-warp TMA producer
     partition and the mainloop in the default partition, which only waits for full slots and releases them."""
@@ -143,14 +180,14 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
     if WS:
         res = gl.warp_specialize([
             (_consumer, (acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
-                         a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK)),
+                         a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, FUNNEL)),
             (_producer, (a_desc, b_desc, a_row, b_row, k0, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty,
                          STAGES, SUBK)),
         ], [1], [24])
         acc = res[0]
     else:
         acc = _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
-                        a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, WS)
+                        a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, WS, 0, 0, FUNNEL)
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(empty.index(i))
@@ -160,7 +197,8 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
 @gluon.jit
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
               a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-              SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0):
+              SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0,
+              FUNNEL: gl.constexpr = False, st0=0):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
     calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
@@ -171,7 +209,10 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     cores run while the CUDA cores promote; the last partial of a block is promoted after wait(0), so no
     wgmma is in flight across the loop's back edge (a loop-carried in-flight accumulator costs register
     copies, which make ptxas serialize all wgmmas: C7514/C7515). MODE 1 gives each wgmma fresh zeros as its
-    ignored accumulator, MODE 2 the registers of the partial promoted just before."""
+    ignored accumulator, MODE 2 the registers of the partial promoted just before. MODE 4 = MODE 2 with one int32
+    of scales per row and stage (SUBK = 4, WS only); MODE 3 = MODE 4 with blocks of all STAGES stages unrolled
+    (static slots; measured slower: instruction cache). st0: ring stages used before this call (persistent grid);
+    FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
     gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
     gl.static_assert(U // SUBK <= STAGES, "the tail after the unrolled blocks must already be in flight")
     n_st = gl.cdiv(nk, SUBK)
@@ -181,7 +222,80 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                         b_bufs.index(i), i < n_st)
     kb0 = k0 // SK
     n_main = 0
-    if MODE != 0:
+    if MODE >= 3:
+        # MODE 3: static ring: blocks of STAGES stages (STAGES * SUBK steps) fully unrolled, so every ring index,
+        # smem slice and barrier is static and the phase is the block's parity (measured slower: the 16-step
+        # body of each of the two consumers overflows the instruction cache). MODE 4: MODE 2's blocks of U steps
+        # (dynamic slots). Both read the scales of a stage as one int32 per row (4 E8M0 bytes), one stage ahead.
+        gl.static_assert(SUBK == 4, "MODE 3/4 read a stage's 4 scale bytes as one word")
+        gl.static_assert(WS != 0, "MODE 3/4 need the TMA producer partition (WS)")
+        STATIC: gl.constexpr = MODE == 3
+        BLK: gl.constexpr = STAGES * SUBK if STATIC else U
+        gl.static_assert(BLK % SUBK == 0, "blocks of whole stages")
+        NS: gl.constexpr = BLK // SUBK
+        n_blk = nk // BLK
+        n_main = n_blk * BLK
+        # scale words: stage t of this mainloop covers steps kb0 + 4t .. +3; FUNNEL (wgrad: kb0 % 4 may be
+        # nonzero, uniform) = the aligned words q0 + t and q0 + t + 1 funnel-shifted by sh; each word is loaded
+        # one stage before its first use and carried (lo, hi)
+        n_stg = n_main // SUBK
+        q0 = kb0 // 4
+        sh = (kb0 % 4) * 8
+        if FUNNEL:
+            wa_lo = _word(sa_ptrs, q0, n_stg > 0)
+            wb_lo = _word(sbt_ptr, q0, n_stg > 0)
+            wa_hi = _word(sa_ptrs, q0 + 1, (n_stg > 0) & (sh != 0) | (n_stg > 1))
+            wb_hi = _word(sbt_ptr, q0 + 1, (n_stg > 0) & (sh != 0) | (n_stg > 1))
+        else:
+            wa_hi = _word(sa_ptrs, q0, n_stg > 0)
+            wb_hi = _word(sbt_ptr, q0, n_stg > 0)
+            wa_lo = wa_hi
+            wb_lo = wb_hi
+        for b in range(n_blk):
+            ph = (st0 // STAGES + b) & 1  # MODE 3; st0: stages this ring ran before (persistent grid)
+            p_prev = acc  # (placeholders: set at step 0 before their first use)
+            p_free = acc
+            f_prev = wa_hi.to(gl.float32)
+            for s in gl.static_range(NS):
+                t = b * NS + s
+                if FUNNEL:
+                    wa = _funnel(wa_lo, wa_hi, sh)
+                    wb = _funnel(wb_lo, wb_hi, sh)
+                    wa_lo = wa_hi
+                    wb_lo = wb_hi
+                    ok = ((t + 1 < n_stg) & (sh != 0)) | (t + 2 < n_stg)
+                    wa_hi = _word(sa_ptrs, q0 + t + 2, ok)
+                    wb_hi = _word(sbt_ptr, q0 + t + 2, ok)
+                else:
+                    wa = wa_hi
+                    wb = wb_hi
+                    wa_hi = _word(sa_ptrs, q0 + t + 1, t + 1 < n_stg)
+                    wb_hi = _word(sbt_ptr, q0 + t + 1, t + 1 < n_stg)
+                if STATIC:
+                    mbarrier.wait(ready.index(s), ph)
+                for sub in gl.static_range(SUBK):
+                    u = s * SUBK + sub
+                    # MODE 2's register reuse: wgmma u overwrites partial u-2 (already promoted)
+                    if STATIC:
+                        p_new = _mma_slot(a_bufs, b_bufs, s, sub, acc, p_free, u < 2, AROW, AROWS)
+                    else:
+                        p_new = _mma_step(b * BLK + u, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, u < 2, p_free,
+                                          AROW, AROWS, st0)
+                    f_new = _byte_f32(wa, sub) * _byte_f32(wb, sub)
+                    if u > 0:
+                        p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
+                        if sub == 0:  # the previous stage's wgmmas have all finished
+                            _release(st0 + t - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready,
+                                     empty, STAGES, SUBK, True)
+                        acc = acc + p_done * gl.expand_dims(f_prev, 1)
+                        p_free = p_done
+                    p_prev = p_new
+                    f_prev = f_new
+            p_done, acc = warpgroup_mma_wait(num_outstanding=0, deps=(p_prev, acc))
+            _release(st0 + b * NS + NS - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES,
+                     SUBK, True)
+            acc = acc + p_done * gl.expand_dims(f_prev, 1)
+    elif MODE != 0:
         n_main = (nk // U) * U
         for j0 in range(0, n_main, U):
             p_prev = _mma_step(j0, 0, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS)
@@ -211,10 +325,10 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
             j = jt + sub
             if j < nk:
                 f = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j)
-                p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS)
+                p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS, st0)
                 p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
                 acc = acc + p * gl.expand_dims(f, 1)
-        _release(jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
+        _release(st0 + jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
                  WS)
     return acc
 
@@ -240,20 +354,10 @@ def _store_layout(BN, elem_bits, num_warps):
 
 
 @gluon.jit
-def _nt_grouped_kernel(
-    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr,
-    M, N, K, NUM_M_TILES,
-    stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
-    BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
-    MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
-):
-    """out[rows of group e] = A[rows] @ B[e]^T; A [M, K] (a_desc box [BM, 32]), B [E, N, K] seen as [E*N, K]
-    (b_desc box [BN, 32]); scales sa[m, k/32], sb[e, n, k/32] through strides; B's scale is constant over the
-    BN rows of a tile (the tile's first row is read)."""
-    mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
-    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
-
-    pid = gl.program_id(0)
+def _nt_tile(pid, offs_ptr, M, N, K, NUM_M_TILES, BM: gl.constexpr, BN: gl.constexpr, GROUP_M: gl.constexpr,
+             E: gl.constexpr):
+    """Output tile number pid -> (expert (-1: past the last group), first A row, rows base + [0, BM) of which
+    [lo, hi) are written, column tile nt, reduction steps nk)."""
     num_n = gl.cdiv(N, BN)
     width = GROUP_M * num_n
     first_m = (pid // width) * GROUP_M
@@ -285,10 +389,104 @@ def _nt_grouped_kernel(
     base = gl.where(real, row0, pad0)
     lo = gl.where(real, row0, start)
     hi = gl.where(real, row_end, M)
+    nk = gl.where(real, K // SK, 0)
+    return expert, row0, base, lo, hi, nt, nk
+
+
+@gluon.jit
+def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
+                   stride_sbe, stride_sbn, stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
+                   STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+                   SUBK: gl.constexpr):
+    """Persistent WS=2 grid (one CTA per SM, tiles pid, pid + grid, ...): the TMA warp runs ahead into the next
+    tile while the consumers store the last one. The ring runs on across tiles; the launcher guarantees that
+    for MODE 3 that every tile's steps fill whole blocks (K % (32 * SUBK * STAGES) == 0: static slots); MODE 4
+    (and every tail) counts the ring's stages across tiles."""
+    a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)
+    n_tiles = NUM_M_TILES * gl.cdiv(N, BN)
+    gl.warp_specialize([
+        (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr, M,
+                               N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk,
+                               stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
+        (_nt_half_persistent, (1, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr, M,
+                               N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk,
+                               stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
+        (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES, n_tiles,
+                                BM, BN, STAGES, GROUP_M, E, SUBK)),
+    ], [4, 1], [240, 40])
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+
+
+@gluon.jit
+def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr,
+                        offs_ptr, M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                        stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
+                        GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
+                        SUBK: gl.constexpr):
+    HB: gl.constexpr = BM // 2
+    mma_layout: gl.constexpr = _mma_layout(HB, BN, 4)
+    n_done = 0  # ring stages consumed so far (all tiles): slot and phase of the next one
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
+        rows = gl.minimum(base + idx * HB + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), M - 1)
+        sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
+        acc = gl.zeros([HB, BN], gl.float32, mma_layout)
+        acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptr + rows * stride_sam,
+                        stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True,
+                        idx * HB, HB, False, n_done)
+        n_done += gl.cdiv(nk, SUBK)
+        _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, 4)
+
+
+@gluon.jit
+def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES, n_tiles,
+                         BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
+                         E: gl.constexpr, SUBK: gl.constexpr):
+    g = 0  # stages issued so far (all tiles)
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
+        b_row = expert * N + nt * BN
+        for st in range(gl.cdiv(nk, SUBK)):
+            s = g % STAGES
+            mbarrier.wait(empty.index(s), ((g // STAGES) & 1) ^ 1)
+            _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                        b_bufs.index(s), True)
+            g += 1
+
+
+@gluon.jit
+def _nt_grouped_kernel(
+    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+    M, N, K, NUM_M_TILES,
+    stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
+    BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
+    MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
+    PERSIST: gl.constexpr = False,
+):
+    """out[rows of group e] = A[rows] @ B[e]^T; A [M, K] (a_desc box [BM, 32]), B [E, N, K] seen as [E*N, K]
+    (b_desc box [BN, 32]); scales sa[m, k/32], sb[e, n, k/32] through strides; B's scale is constant over the
+    BN rows of a tile (the tile's first row is read)."""
+    mma_layout: gl.constexpr = _mma_layout(BM, BN, num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
+
+    if PERSIST:
+        gl.static_assert(WS == 2, "the persistent grid runs the WS=2 partitions")
+        _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
+                       stride_sbe, stride_sbn, stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)
+        return
+    expert, row0, base, lo, hi, nt, nk = _nt_tile(gl.program_id(0), offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M,
+                                                  E)
     rows = gl.minimum(base + gl.arange(0, BM, layout=row_layout), M - 1)
     sa_ptrs = sa_ptr + rows * stride_sam
     sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
-    nk = gl.where(real, K // SK, 0)
     if WS == 2:
         # two independent consumer warpgroups (rows 0-63 and 64-127 of the tile, each with its own epilogue)
         # and a TMA warp: no CTA barrier ties the consumers together, so one promotes while the other's
@@ -386,7 +584,6 @@ def _wgrad_kernel(
     tile. A block straddling a group boundary has one scale for both groups; each group sums its own tokens."""
     mma_layout: gl.constexpr = _mma_layout(BN, BK, num_warps)
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
-    st_layout: gl.constexpr = _store_layout(BK, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
 
     pid = gl.program_id(0)
     e = gl.program_id(1)
@@ -403,25 +600,59 @@ def _wgrad_kernel(
     end = gl.minimum(gl.load(offs_ptr + e), M)
     start = gl.minimum(gl.maximum(gl.load(offs_ptr + e - 1, mask=e > 0, other=0), 0), end)
 
-    xm_buf = gl.allocate_shared_memory(x_desc.dtype, [BN, SK], _step_smem_layout())
-    ym_buf = gl.allocate_shared_memory(y_desc.dtype, [BK, SK], _step_smem_layout())
-
-    rows = gl.minimum(n0 + gl.arange(0, BN, layout=row_layout), N - 1)
-    sx_ptrs = sx_ptr + rows * stride_sxn
-    syt_ptr = sy_ptr + k0 * stride_syk
-    acc = gl.zeros([BN, BK], gl.float32, mma_layout)
-
     first_full = gl.cdiv(start, SK) * SK
     last_full = (end // SK) * SK
-    if (start % SK != 0) & (start < end):
-        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
-                           n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
     nk = gl.maximum((last_full - first_full) // SK, 0)
-    acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
-                        BN, BK, STAGES, MODE, U, SUBK, WS)
-    if (end % SK != 0) & (last_full >= first_full) & (start < end):
-        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
-                           n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+    syt_ptr = sy_ptr + k0 * stride_syk
+    if WS == 2:
+        # two independent consumer warpgroups (rows n0 + [0, 64) and n0 + [64, 128) of dO^T, each with its own
+        # masked boundary steps and epilogue) and a TMA warp, as in the fprop/dgrad kernel
+        HB: gl.constexpr = BN // 2
+        a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BN, SUBK * SK], x_desc.layout)
+        b_bufs = gl.allocate_shared_memory(y_desc.dtype, [STAGES, BK, SUBK * SK], y_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        xm_bufs = gl.allocate_shared_memory(x_desc.dtype, [2, HB, SK], _step_smem_layout())
+        ym_bufs = gl.allocate_shared_memory(y_desc.dtype, [2, BK, SK], _step_smem_layout())
+        for i in gl.static_range(STAGES):
+            mbarrier.init(ready.index(i), count=1)
+            mbarrier.init(empty.index(i), count=2)
+        gl.warp_specialize([
+            (_wgrad_half, (0, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr, c_ptr, a_bufs, b_bufs, ready, empty,
+                           xm_bufs.index(0), ym_bufs.index(0), e, n0, k0, start, end, first_full, last_full, nk,
+                           N, K, stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syt, stride_ce, stride_cn,
+                           BN, BK, STAGES, MODE, U, SUBK)),
+            (_wgrad_half, (1, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr, c_ptr, a_bufs, b_bufs, ready, empty,
+                           xm_bufs.index(1), ym_bufs.index(1), e, n0, k0, start, end, first_full, last_full, nk,
+                           N, K, stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syt, stride_ce, stride_cn,
+                           BN, BK, STAGES, MODE, U, SUBK)),
+            (_producer, (x_desc, y_desc, n0, k0, first_full, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty,
+                         STAGES, SUBK)),
+        ], [4, 1], [240, 24])
+        for i in gl.static_range(STAGES):
+            mbarrier.invalidate(ready.index(i))
+            mbarrier.invalidate(empty.index(i))
+    else:
+        xm_buf = gl.allocate_shared_memory(x_desc.dtype, [BN, SK], _step_smem_layout())
+        ym_buf = gl.allocate_shared_memory(y_desc.dtype, [BK, SK], _step_smem_layout())
+        rows = gl.minimum(n0 + gl.arange(0, BN, layout=row_layout), N - 1)
+        sx_ptrs = sx_ptr + rows * stride_sxn
+        acc = gl.zeros([BN, BK], gl.float32, mma_layout)
+        if (start % SK != 0) & (start < end):
+            acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                               n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+        acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
+                            BN, BK, STAGES, MODE, U, SUBK, WS, True)
+        if (end % SK != 0) & (last_full >= first_full) & (start < end):
+            acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                               n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+        _store_wgrad(acc, c_ptr, e, n0, k0, N, K, stride_ce, stride_cn, BN, BK, num_warps)
+
+
+@gluon.jit
+def _store_wgrad(acc, c_ptr, e, n0, k0, N, K, stride_ce, stride_cn, BN: gl.constexpr, BK: gl.constexpr,
+                 num_warps: gl.constexpr):
+    st_layout: gl.constexpr = _store_layout(BK, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
     out = gl.convert_layout(acc.to(c_ptr.dtype.element_ty), st_layout)
     offs_n = n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, st_layout))
     offs_k = k0 + gl.arange(0, BK, layout=gl.SliceLayout(0, st_layout))
@@ -430,14 +661,41 @@ def _wgrad_kernel(
              mask=cmask)
 
 
+@gluon.jit
+def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr, c_ptr, a_bufs, b_bufs, ready,
+                empty, xm_buf, ym_buf, e, n0, k0, start, end, first_full, last_full, nk, N, K, stride_xn,
+                stride_sxn, stride_sxt, stride_yk, stride_syt, stride_ce, stride_cn, BN: gl.constexpr,
+                BK: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+    """WS=2 wgrad consumer: rows n0 + idx*BN/2 + [0, BN/2) of dW[e]'s tile, boundary steps included."""
+    HB: gl.constexpr = BN // 2
+    mma_layout: gl.constexpr = _mma_layout(HB, BK, 4)
+    nh = n0 + idx * HB
+    rows = gl.minimum(nh + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), N - 1)
+    sx_ptrs = sx_ptr + rows * stride_sxn
+    acc = gl.zeros([HB, BK], gl.float32, mma_layout)
+    if (start % SK != 0) & (start < end):
+        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                           nh, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, HB, BK, 4)
+    acc = _mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt, a_bufs,
+                    b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, idx * HB, HB, True)
+    if (end % SK != 0) & (last_full >= first_full) & (start < end):
+        acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
+                           nh, k0, last_full, start, end, N, K, xm_buf, ym_buf, HB, BK, 4)
+    _store_wgrad(acc, c_ptr, e, nh, k0, N, K, stride_ce, stride_cn, HB, BK, 4)
+
+
 # ------------------------------------------------------------------------------------------ launchers
 # (BM, BN, STAGES, GROUP_M, MODE, U, SUBK, num_warps); wgrad reads (BN, BK, ...) the same way.
 # MODE/U/SUBK: _mainloop; a TMA stage holds SUBK steps of 32 along the reduction axis.
 # An optional 9th entry WS: 0 = no warp specialization (the kernel's warps refill the TMA ring themselves),
-# 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (fprop/dgrad only,
-# BM = 128, num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer.
-DEFAULT_CONFIG = (128, 128, 4, 8, 2, 8, 4, 4, 2)
-WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 1, 8, 4, 8, 1)
+# 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (BM|BN = 128,
+# num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer. An optional 10th entry
+# (fprop/dgrad, WS=2 with MODE 3/4) = the persistent grid.
+# Defaults (device call 2, 2026-11-25, H100; faster than the previous defaults in all 18 cells): fprop/dgrad
+# MODE 4 (word scales) with two consumers on the persistent grid; wgrad MODE 4 with two consumers. MODE 3/4
+# on scales that cannot be read as words run MODE 2 (_mode3_fallback).
+DEFAULT_CONFIG = (128, 128, 4, 8, 4, 8, 4, 4, 2, 1)
+WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 4, 8, 4, 4, 2)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
 
@@ -472,8 +730,27 @@ def _tma_operand(who, name, t):
 
 
 def _split_config(config):
-    """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0."""
+    """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0. An optional 10th
+    entry (fprop/dgrad, WS=2 + MODE 3 only) asks for the persistent grid: see launch_nt."""
     return tuple(config[:8]), int(config[8]) if len(config) > 8 else 0
+
+
+def _persist(config):
+    return bool(config[9]) if config is not None and len(config) > 9 else False
+
+
+def _words_ok(*scales):
+    """MODE 3/4 read 4 scale bytes as one int32: every scale tensor needs a 4-byte aligned base, contiguous steps
+    and 4-byte aligned row strides."""
+    return all(t.data_ptr() % 4 == 0 and t.stride(-1) == 1 and all(st % 4 == 0 for st in t.stride()[:-1])
+               for t in scales)
+
+
+def _mode3_fallback(cfg, *scales):
+    """MODE 3/4 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
+    if cfg[4] in (3, 4) and not _words_ok(*scales):
+        return cfg[:4] + (2, 8) + cfg[6:]
+    return cfg
 
 
 def _ws_launch(ws, warps):
@@ -499,6 +776,8 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
         return out.zero_()
     check_device(who, a, b, sa, sb, offs)
     (BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps), WS = _split_config(config or DEFAULT_CONFIG)
+    BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps = _mode3_fallback((BM, BN, STAGES, GROUP_M, MODE, U, SUBK, warps),
+                                                                    sa, sb)
     if BN != COL_TILE:
         _fail(who, f"BN={BN}: the tiled weight scale is read per {COL_TILE}-row tile")
     if WS == 2 and (BM != 128 or warps != 4):
@@ -508,12 +787,17 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     _tma_operand(who, "B", b2)
     num_m = (M + BM - 1) // BM + E + 1  # each group adds at most one partial tile; then the padding rows
     grid = (num_m * ((C + BN - 1) // BN),)
+    # persistent grid (asked for by the config): MODE 4, or MODE 3 with whole blocks per tile; else the plain grid
+    persist = _persist(config or DEFAULT_CONFIG) and WS == 2 and (
+        MODE == 4 or (MODE == 3 and R % (SK.value * SUBK * STAGES) == 0))
+    if persist:
+        grid = (min(grid[0], torch.cuda.get_device_properties(a.device).multi_processor_count),)
     _nt_grouped_kernel[grid](
         _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs,
         M, C, R, num_m,
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0),
         BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
-        **_ws_launch(WS, warps),
+        PERSIST=persist, **_ws_launch(WS, warps),
     )
     return out
 
@@ -534,10 +818,12 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
     (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
+    BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps = _mode3_fallback((BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps),
+                                                                    sx, sy)
     if BK != COL_TILE:
         _fail(who, f"BK={BK}: the tiled x^T scale is read per {COL_TILE}-row tile")
-    if WS not in (0, 1):
-        _fail(who, f"WS={WS}: wgrad supports WS 0 or 1")
+    if WS == 2 and (BN != 128 or warps != 4):
+        _fail(who, f"WS=2 runs two 4-warp consumers on a 128-row tile; got BN={BN}, num_warps={warps}")
     _tma_operand(who, "dO^T", x)
     _tma_operand(who, "A^T", y)
     grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)
@@ -575,7 +861,7 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
                    c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32, NUM_M_TILES=i32, stride_sam=i32,
                    stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
         cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, WS=WS,
-                  num_warps=warps)
+                  num_warps=warps, PERSIST=_persist(config))
         fn = _nt_grouped_kernel
     else:
         (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)

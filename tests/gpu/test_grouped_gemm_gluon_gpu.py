@@ -14,13 +14,28 @@ pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.ge
 
 TOL_BF16 = 3e-3
 SIZES = [0, 1, 31, 33, 127, 129, 1000, 2431]  # E = 8; 3754 tokens
-# (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS]): the default; the wait-every-wgmma schedule;
-# 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles on one
-# warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization)
+# (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS[, PERSIST]]): the default (MODE 4, persistent; wgrad
+# MODE 4 WS=2); the wait-every-wgmma schedule; 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles
+# on one warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization); MODE 4 (MODE 2's
+# loop, one int32 of scales per row and stage) with two 4-warp consumers, U = 8 and 4, on the plain and the
+# persistent grid; MODE 3 (static ring) with two 4-warp consumers on the persistent grid (K = 512: whole MODE 3
+# blocks, persistent; K = 640: plain grid); MODE 4 persistent with U = 16 and with 5 stages. Scale rows of 33
+# bytes (K = 1056) make MODE 3/4 fall back to MODE 2. wgrad: the old default (WS=1 MODE 1) is the last entry.
+M4_WS2 = (128, 128, 4, 8, 4, 8, 4, 4, 2)
+M4_U4 = (128, 128, 4, 8, 4, 4, 4, 4, 2)
+M4_PERSIST = (128, 128, 4, 8, 4, 8, 4, 4, 2, 1)
+M3_PERSIST = (128, 128, 4, 8, 3, 16, 4, 4, 2, 1)
+M4_U16_PERSIST = (128, 128, 4, 8, 4, 16, 4, 4, 2, 1)
+M4_S5_PERSIST = (128, 128, 5, 8, 4, 8, 4, 4, 2, 1)
+OLD_DEFAULT = (128, 128, 4, 8, 2, 8, 4, 4, 2)  # the default before MODE 4
+WG2_M2 = (128, 128, 4, 8, 2, 8, 4, 4, 2)
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
-              (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8)]
+              (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M4_WS2, M4_U4, M4_PERSIST, M3_PERSIST,
+              M4_U16_PERSIST, M4_S5_PERSIST]
+# wgrad: also two 4-warp consumers (WS=2) with MODE 2 and MODE 4 (U = 8 and 4; word scales funnel-shifted: a
+# group starts at any 32-token step)
 WGRAD_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 2, 8, 4, 8, 1), (64, 128, 4, 8, 2, 8, 4, 4),
-                 (128, 128, 3, 8, 1, 4, 2, 8)]
+                 (128, 128, 3, 8, 1, 4, 2, 8), WG2_M2, M4_WS2, M4_U4, (128, 128, 4, 8, 1, 8, 4, 8, 1)]
 
 
 def rel(out, ref):
@@ -44,7 +59,7 @@ def _quant(x, block_tile):
 
 
 @pytest.mark.parametrize("config", NT_CONFIGS)
-@pytest.mark.parametrize("K,N", [(512, 384), (1056, 256)])
+@pytest.mark.parametrize("K,N", [(512, 384), (1056, 256), (640, 128)])
 def test_gluon_fprop_dgrad(config, K, N):
     from kernels.grouped_gemm import grouped_mm_dgrad_reference, grouped_mm_fprop_reference
     from kernels.grouped_gemm.gluon_mx import launch_nt
@@ -111,7 +126,8 @@ def test_gluon_public_api_matches_triton_backend():
 
 
 @pytest.mark.parametrize("config", WGRAD_CONFIGS)
-def test_gluon_wgrad(config):
+@pytest.mark.parametrize("tail", [64, 32])
+def test_gluon_wgrad(config, tail):
     from kernels.grouped_gemm import grouped_mm_wgrad_reference
     from kernels.grouped_gemm.gluon_mx import launch_wgrad
     torch.manual_seed(1)
@@ -119,7 +135,7 @@ def test_gluon_wgrad(config):
     cfg = config  # (BN, BK, ...): BN 64 or 128 rows of dO^T, BK 128 rows of x^T
     offs = _offs(SIZES)
     real = (sum(SIZES) + 31) // 32 * 32  # NaN only in whole 32-token blocks past offs[-1]
-    M = real + 64
+    M = real + tail  # tail 64: M/32 = 120, 4-byte scale rows (MODE 3's word path); 32: 119 (MODE 3 falls back)
     x = torch.randn(M, K, device="cuda")
     do = torch.randn(M, N, device="cuda")
     x[real:] = float("nan")
@@ -140,13 +156,9 @@ def test_gluon_wgrad(config):
 
 def test_experts_op_routes_to_gluon():
     """titan_fp8.float8.experts.mxfp8_grouped_mm(..., backend="gluon") (quantization + the three GEMMs, autograd)
-    equals the Triton backend's op up to fp32 summation order."""
-    import importlib.util
-    import os
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "titan_fp8", "float8", "experts.py")
-    spec = importlib.util.spec_from_file_location("_experts_for_gluon_test", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    equals the Triton backend's op up to fp32 summation order. (Imported as a package module: experts.py now
+    imports its siblings relatively, so loading it from its file fails.)"""
+    from titan_fp8.float8 import experts as mod
     torch.manual_seed(4)
     sizes = [300, 0, 777, 45]
     offs = _offs(sizes)

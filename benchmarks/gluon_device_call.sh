@@ -1,0 +1,34 @@
+#!/bin/bash
+# One device call for the Gluon mx32 kernels (issue 10): GPU tests, ncu warp-stall profiles of a few launches,
+# then the benchmark (short table at the end). Logs into $OUT.
+# usage (from the carried worktree root):
+#   bash benchmarks/gluon_device_call.sh PYTEST_S BENCH_S "NCU_JOBS" [bench args...]
+# NCU_JOBS: space-separated pass:config[:shape[:routing]] items, e.g. "fprop:default wgrad:m3"
+T1=${1:-120}; T2=${2:-240}; JOBS=$3; shift 3
+export PYTHONPATH=$PWD:$PYTHONPATH
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm,power.limit --format=csv > $OUT/gpu.txt 2>&1
+t0=$(date +%s)
+timeout $T1 python -m pytest -q -p no:cacheprovider tests/gpu/test_grouped_gemm_gluon_gpu.py > $OUT/pytest.log 2>&1
+echo "pytest rc=$? ($(( $(date +%s) - t0 ))s)"; tail -4 $OUT/pytest.log
+for j in $JOBS; do
+  IFS=: read p c sh r <<< "$j"
+  k=_nt_grouped; [ "$p" = wgrad ] && k=_wgrad_kernel
+  n=ncu_${p}_${c}_${sh:-dsv3_up}_${r:-even}
+  timeout 90 ncu --clock-control none --section WarpStateStats --section SchedulerStats --section SourceCounters \
+    --section SpeedOfLight --section ComputeWorkloadAnalysis -k regex:$k -s 2 -c 1 -f -o $OUT/$n \
+    python benchmarks/gluon_ncu_one.py $p $c ${sh:-dsv3_up} ${r:-even} > /tmp/$n.run.log 2>&1 || tail -5 /tmp/$n.run.log
+  ncu -i $OUT/$n.ncu-rep --page details > $OUT/$n.details.txt 2>&1
+  ncu -i $OUT/$n.ncu-rep --page source --csv --print-source sass > $OUT/$n.sass.csv 2>&1
+  ncu -i $OUT/$n.ncu-rep --page raw --csv > $OUT/$n.raw.csv 2>&1
+  echo "## $n" > /tmp/$n.stalls.txt
+  python benchmarks/gluon_ncu_stalls.py $OUT/$n.raw.csv >> /tmp/$n.stalls.txt 2>&1
+  python benchmarks/gluon_ncu_stalls.py --sass $OUT/$n.sass.csv >> /tmp/$n.stalls.txt 2>&1
+  cat /tmp/$n.stalls.txt >> $OUT/ncu_stalls.txt; head -40 /tmp/$n.stalls.txt
+  rm -f $OUT/$n.ncu-rep $OUT/$n.raw.csv $OUT/$n.details.txt; gzip -f $OUT/$n.sass.csv
+  echo "== $n ($(( $(date +%s) - t0 ))s)"
+done
+rm -f $OUT/*.ncu-rep.tmp
+PYTHONUNBUFFERED=1 timeout $T2 python benchmarks/mxfp8_grouped_gemm_gluon.py "$@" > $OUT/bench.log 2>&1
+echo "bench rc=$? ($(( $(date +%s) - t0 ))s)"; grep -v '^{' $OUT/bench.log | tail -80
+echo "pytest:"; grep -E "passed|failed|error" $OUT/pytest.log | tail -3; grep -E "^FAILED|^ERROR" $OUT/pytest.log | head -20
