@@ -331,16 +331,16 @@ def test_old_state_dict_with_w1_w3_loads_into_w13():
     assert torch.equal(fresh.w13, experts.w13) and torch.equal(fresh.w2, experts.w2)
 
 
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("compiled,e", [(False, 8), (True, 8), (True, 24)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_router_logits_low_precision_matches_fp32_path(compiled, dtype):
+def test_router_logits_low_precision_matches_fp32_path(compiled, e, dtype):
     """router_logits for bf16 x and gate weight (the fp32-copy-free Function; fp16 takes the plain path) equals
     the plain fp32 path,
     logits and both gradients, up to fp32 summation order; compiled, its backward takes the broadcast form that
     inductor fuses. Against a float64 reference: rel. error < 1e-5 on logits and dw; dx (rounded to the low
     precision dtype once, like the reference's) within one rounding of it."""
     torch.manual_seed(3 if compiled else 4)
-    n, d, e = 37, 96, 8
+    n, d = 37, 96  # e > moe._FUSED_DX_MAX_EXPERTS: the compiled input gradient takes the GEMM form
     x = (torch.randn(n, d) * 3).to(dtype)
     x[0] = 0  # a zero row
     x[1, :4] = torch.tensor([3e3 if dtype == torch.float16 else 1e30, -1e-5, 0.0, 2.0 ** -14], dtype=dtype)

@@ -236,6 +236,11 @@ class FeedForward(nn.Module):
 # ---------------------------------------------------------------------------------------------
 
 
+# Up to this many experts the compiled input gradient of the router is written as broadcast products (one fused
+# kernel reads each expert's gate row per element); beyond it an fp32 GEMM is the cheaper form.
+_FUSED_DX_MAX_EXPERTS = 16
+
+
 def _bf16_terms(g: Tensor) -> Tensor:
     """fp32 g [N, E] -> bf16 [N, 3E] = [hi | mid | lo] with hi + mid + lo == g exactly for |g| >= 2^-110: hi keeps
     g's top 8 significant bits, mid the next 8 of the (exact) residual, lo the rest (below that a subnormal
@@ -261,8 +266,9 @@ class _Bf16RouterLogits(torch.autograd.Function):
               formula of its own); elsewhere the fp32 path.
     dw        g^T @ x as ONE bf16 GEMM with an fp32 result over g split into three bf16 terms (_bf16_terms: exact),
               so x is read once in bf16 (inductor's own reduction over the tokens took ~1 ms).
-    dx        g @ w: under torch.compile written as E (experts, small) broadcast products, which inductor fuses
-              into the sum with x's other gradients (no fp32 [N, D] tensor); in eager the fp32 GEMM as before."""
+    dx        g @ w: under torch.compile, for up to _FUSED_DX_MAX_EXPERTS experts, written as E broadcast products,
+              which inductor fuses into the sum with x's other gradients (no fp32 [N, D] tensor); otherwise (and in
+              eager) the fp32 GEMM as before."""
 
     @staticmethod
     def forward(ctx, x: Tensor, w: Tensor) -> Tensor:
@@ -277,7 +283,7 @@ class _Bf16RouterLogits(torch.autograd.Function):
         dx = dw = None
         if ctx.needs_input_grad[0]:
             wf = w.float()
-            if torch.compiler.is_compiling():
+            if torch.compiler.is_compiling() and w.shape[0] <= _FUSED_DX_MAX_EXPERTS:
                 dx = sum(g[:, e, None] * wf[e] for e in range(w.shape[0]))
             else:
                 dx = g @ wf
