@@ -257,19 +257,22 @@ def kernel_split(step, steps):
         for _ in range(steps):
             step()
         torch.cuda.synchronize()
-    split, top = {}, {}
+    split, top, launches = {}, {}, 0
     for ev in prof.key_averages():
         if ev.device_type != torch.autograd.DeviceType.CUDA:
             continue
         t = ev.device_time_total / 1e3 / steps  # ms per step
         if t <= 0:
             continue
+        launches += ev.count
         cat = classify(ev.key)
         split[cat] = split.get(cat, 0.0) + t
         top[ev.key[:90]] = (cat, t)
     top = sorted(top.items(), key=lambda kv: -kv[1][1])[:12]
+    # GPU work items per step (kernels and copies): with steps issued back to back, the step's time above the sum of
+    # its kernels is mostly the gaps between dependent launches, so this count says how much fusion could win
     return ({k: round(v, 3) for k, v in sorted(split.items())},
-            [{"kernel": k, "cat": c, "ms": round(t, 3)} for k, (c, t) in top])
+            [{"kernel": k, "cat": c, "ms": round(t, 3)} for k, (c, t) in top], round(launches / steps, 1))
 
 
 def gpu_gaps(step, steps, top=8):
@@ -408,13 +411,14 @@ def main():
                     step()
                     torch.cuda.synchronize()
                     peak = (torch.cuda.max_memory_allocated() - mem_before) / 2**30
-                    split, top = kernel_split(step, args.prof_steps)
+                    split, top, launches = kernel_split(step, args.prof_steps)
                     htop = host_top(step, args.prof_steps, args.host_top) if args.host_top else []
                     htop += python_top(step, args.prof_steps, args.py_top) if args.py_top else []
                     gaps = gpu_gaps(step, args.prof_steps) if args.gaps else None
                 else:
-                    peak, split, top, htop, gaps = None, {}, [], [], None
+                    peak, split, top, htop, gaps, launches = None, {}, [], [], None, None
                 runs[name] = dict(step=step, times=[], host=[], peak=peak, split=split, top=top, htop=htop, gaps=gaps,
+                                  launches=launches,
                                   setup_s=round(time.time() - t0, 1), note=getattr(moe, "gemm_note", None))
                 print(f"[{shape}] {name}: ready in {time.time() - t0:.0f} s", flush=True)
             except Exception as e:  # a variant that cannot run is reported, the others still run
@@ -450,7 +454,8 @@ def main():
                 "pipelined_ms": round(statistics.median(r["pipelined"]), 3) if r.get("pipelined") else None,
                 "peak_step_gib": round(r["peak"], 3) if r["peak"] is not None else None,
                 "host_top": r["htop"], "gpu_gaps": r["gaps"],
-                "split_ms": r["split"], "top_kernels": r["top"], "setup_s": r["setup_s"], "note": r["note"]})
+                "split_ms": r["split"], "launches_per_step": r["launches"], "top_kernels": r["top"],
+                "setup_s": r["setup_s"], "note": r["note"]})
         save()
         del runs
         if cuda:
