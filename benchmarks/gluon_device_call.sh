@@ -9,6 +9,9 @@
 # Next session (CPU-prepared candidates, one call, ~10 min; SASS counts in NOTES.md "Gluon mx32"):
 #   PYTEST_K='c128_128_4_8_5 or c128_128_4_8_6 or new' bash benchmarks/gluon_device_call.sh 200 330 "" \
 #     --routings even,skewed --rep 100 --skip-triton --budget-s 250 --configs default,m5p,m5w1p,m5w1u16p,m6w1p
+# then, if device time remains, ncu of the candidates (PYTEST_K=none selects no test):
+#   PYTEST_K=none bash benchmarks/gluon_device_call.sh 60 150 "fprop:m5p fprop:m6w1p wgrad:m5w1u16p" \
+#     --routings even --rep 50 --skip-triton --shapes dsv3_up --configs default,m5p,m6w1p
 T1=${1:-120}; T2=${2:-240}; JOBS=$3; shift 3
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT

@@ -27,7 +27,11 @@ MODE 0-2 one byte per row and step, one step ahead; MODE 4 (the default) and MOD
 stage (the stage's 4 E8M0 bytes), one stage ahead (wgrad: two aligned words funnel-shifted, a group starts at
 any 32-token step); scales that cannot be read as aligned words run MODE 2 instead. The fprop/dgrad default runs
 on a persistent grid (one CTA per SM; the TMA warp loads the next tile while the consumers store this one).
-Measured variants and numbers: NOTES.md ("Gluon mx32", session 2026-11-25).
+Measured variants and numbers: NOTES.md ("Gluon mx32", session 2026-11-25). Candidates prepared on CPU the same
+day (SASS instruction counts in NOTES.md, not measured on a GPU yet): MODE 5/6 = MODE 4/3 with the E8M0 decode
+split into one SWAR pass per stage word and one byte permute (PRMT) per step (_e8m0_prep/_e8m0_pick), and
+WS=1 with 8 warps on the persistent grid: one consumer partition whose two warpgroups run one copy of the
+mainloop (WS=2's two partitions are two copies), which makes 16-step blocks / the static ring fit the i-cache.
 
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
@@ -254,7 +258,9 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     copies, which make ptxas serialize all wgmmas: C7514/C7515). MODE 1 gives each wgmma fresh zeros as its
     ignored accumulator, MODE 2 the registers of the partial promoted just before. MODE 4 = MODE 2 with one int32
     of scales per row and stage (SUBK = 4, WS only); MODE 3 = MODE 4 with blocks of all STAGES stages unrolled
-    (static slots; measured slower: instruction cache). st0: ring stages used before this call (persistent grid);
+    (static slots; measured slower: instruction cache). MODE 5/6 = MODE 4/3 with the stage-wise E8M0 decode
+    (_e8m0_prep once per stage word, one _e8m0_pick = PRMT per step; bit-identical factors). st0: ring stages
+    used before this call (persistent grid);
     FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
     gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
     gl.static_assert(U // SUBK <= STAGES, "the tail after the unrolled blocks must already be in flight")
@@ -757,7 +763,8 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # An optional 9th entry WS: 0 = no warp specialization (the kernel's warps refill the TMA ring themselves),
 # 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (BM|BN = 128,
 # num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer. An optional 10th entry
-# (fprop/dgrad, WS=2 with MODE 3/4) = the persistent grid.
+# (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6) = the persistent grid (MODE 3/6 only
+# where K % (32 * SUBK * STAGES) == 0, else the plain grid). MODE 5/6: candidates, see _mainloop.
 # Defaults (device call 2, 2026-11-25, H100; faster than the previous defaults in all 18 cells): fprop/dgrad
 # MODE 4 (word scales) with two consumers on the persistent grid; wgrad MODE 4 with two consumers. MODE 3/4
 # on scales that cannot be read as words run MODE 2 (_mode3_fallback).
@@ -798,7 +805,7 @@ def _tma_operand(who, name, t):
 
 def _split_config(config):
     """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0. An optional 10th
-    entry (fprop/dgrad, WS=2 + MODE 3 only) asks for the persistent grid: see launch_nt."""
+    entry (fprop/dgrad, WS=2 or 8-warp WS=1, MODE 3-6) asks for the persistent grid: see launch_nt."""
     return tuple(config[:8]), int(config[8]) if len(config) > 8 else 0
 
 
@@ -814,7 +821,7 @@ def _words_ok(*scales):
 
 
 def _mode3_fallback(cfg, *scales):
-    """MODE 3/4 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
+    """MODE 3-6 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
     if cfg[4] in (3, 4, 5, 6) and not _words_ok(*scales):
         return cfg[:4] + (2, 8) + cfg[6:]
     return cfg
