@@ -3,13 +3,22 @@
 # then the benchmark (short table at the end). Logs into $OUT.
 # usage (from the carried worktree root):
 #   bash benchmarks/gluon_device_call.sh PYTEST_S BENCH_S "NCU_JOBS" [bench args...]
-# NCU_JOBS: space-separated pass:config[:shape[:routing]] items, e.g. "fprop:default wgrad:m3"
+# NCU_JOBS: space-separated pass:config[:shape[:routing]] items, e.g. "fprop:default wgrad:m3" ("" for none)
+# PYTEST_K (environment, optional): run only the GPU tests that pytest -k selects; the config tests are named by
+# their config, e.g. PYTEST_K='c128_128_4_8_5 or c128_128_4_8_6 or new' = the MODE 5/6 candidates (2026-11-25).
+# Next session (CPU-prepared candidates, one call, ~10 min; SASS counts in NOTES.md "Gluon mx32"):
+#   PYTEST_K='c128_128_4_8_5 or c128_128_4_8_6 or new' bash benchmarks/gluon_device_call.sh 200 330 "" \
+#     --routings even,skewed --rep 100 --skip-triton --budget-s 250 --configs default,m5p,m5w1p,m5w1u16p,m6w1p
+# then, if device time remains, ncu of the candidates (PYTEST_K=none selects no test):
+#   PYTEST_K=none bash benchmarks/gluon_device_call.sh 60 150 "fprop:m5p fprop:m6w1p wgrad:m5w1u16p" \
+#     --routings even --rep 50 --skip-triton --shapes dsv3_up --configs default,m5p,m6w1p
 T1=${1:-120}; T2=${2:-240}; JOBS=$3; shift 3
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.sm,power.limit --format=csv > $OUT/gpu.txt 2>&1
 t0=$(date +%s)
-timeout $T1 python -m pytest -q -p no:cacheprovider tests/gpu/test_grouped_gemm_gluon_gpu.py > $OUT/pytest.log 2>&1
+KARGS=(); [ -n "$PYTEST_K" ] && KARGS=(-k "$PYTEST_K")
+timeout $T1 python -m pytest -q -p no:cacheprovider "${KARGS[@]}" tests/gpu/test_grouped_gemm_gluon_gpu.py > $OUT/pytest.log 2>&1
 echo "pytest rc=$? ($(( $(date +%s) - t0 ))s)"; tail -4 $OUT/pytest.log
 for j in $JOBS; do
   IFS=: read p c sh r <<< "$j"

@@ -65,6 +65,15 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     # persistent MODE 4 with 16-step blocks (wgrad: MODE 4 U=4) / with 5 stages (wgrad: MODE 2 WS=2)
     "m4u16p": ((128, 128, 4, 8, 4, 16, 4, 4, 2, 1), (128, 128, 4, 8, 4, 4, 4, 4, 2)),
     "m4s5p": ((128, 128, 5, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2)),
+    # candidates of 2026-11-25 (CPU-prepared; SASS counts per 32-step per consumer warp in NOTES.md, from
+    # benchmarks/gluon_sass_count.py): MODE 5 = the defaults with the stage-wise E8M0 decode (one PRMT per step)
+    "m5p": ((128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 8, 4, 4, 2)),
+    # one 8-warp consumer (WS=1): both warpgroups run one copy of the mainloop (half the i-cache footprint)
+    "m5w1p": ((128, 128, 4, 8, 5, 8, 4, 8, 1, 1), (128, 128, 4, 8, 5, 8, 4, 8, 1)),
+    "m5w1u16p": ((128, 128, 4, 8, 5, 16, 4, 8, 1, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
+    # MODE 6 = static ring (16-step blocks, static slots: fewer descriptor instructions) + the new decode, one copy;
+    # persistent only where K % 512 == 0 (else the plain grid); wgrad: MODE 5 U=16 WS=1 (same code: static slots)
+    "m6w1p": ((128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
 }
 
 

@@ -27,7 +27,11 @@ MODE 0-2 one byte per row and step, one step ahead; MODE 4 (the default) and MOD
 stage (the stage's 4 E8M0 bytes), one stage ahead (wgrad: two aligned words funnel-shifted, a group starts at
 any 32-token step); scales that cannot be read as aligned words run MODE 2 instead. The fprop/dgrad default runs
 on a persistent grid (one CTA per SM; the TMA warp loads the next tile while the consumers store this one).
-Measured variants and numbers: NOTES.md ("Gluon mx32", session 2026-11-25).
+Measured variants and numbers: NOTES.md ("Gluon mx32", session 2026-11-25). Candidates prepared on CPU the same
+day (SASS instruction counts in NOTES.md, not measured on a GPU yet): MODE 5/6 = MODE 4/3 with the E8M0 decode
+split into one SWAR pass per stage word and one byte permute (PRMT) per step (_e8m0_prep/_e8m0_pick), and
+WS=1 with 8 warps on the persistent grid: one consumer partition whose two warpgroups run one copy of the
+mainloop (WS=2's two partitions are two copies), which makes 16-step blocks / the static ring fit the i-cache.
 
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
@@ -86,6 +90,49 @@ def _funnel(lo, hi, sh):
 @gluon.jit
 def _byte_f32(w, i: gl.constexpr):
     return _e8m0_to_f32((w >> (8 * i)) & 0xFF)
+
+
+# MODE 5: the E8M0 decode split into a per-stage SWAR pass over the word of 4 bytes and one PRMT per step.
+# fp32 bits of byte b: 2^(b-127) = b << 23, except b = 0 (2^-127: 0x00400000) and b = 255 (NaN: 0x7FC00000),
+# i.e. always (b << 23) | (special << 22). Byte 3 of those bits is b >> 1, byte 2 is (b & 1) << 7 | special << 6,
+# bytes 1 and 0 are zero. The stage pass builds hi (byte i = b_i >> 1, top bits clear) and lo (byte i =
+# (b_i & 1) << 7 | special_i << 6); step i is then one byte permute: [hi_i, lo_i, 0, 0] (the zero bytes are
+# hi's byte 0 with its clear top bit replicated). special_i: b_i is 0 or 255 <=> all 8 bits equal <=> byte i of
+# (w ^ (w >> 1)) & 0x7F7F7F7F is zero; adding 0x7F to that byte (no carry out: it is <= 0x7F) sets its top bit
+# exactly when it is nonzero.
+@gluon.jit
+def _e8m0_prep(w):
+    """A word of 4 E8M0 bytes -> (hi, lo) for _e8m0_pick (8 integer ops per word = 2 per step)."""
+    u = w.to(gl.uint32, bitcast=True)
+    s1 = u >> 1
+    hi = s1 & 0x7F7F7F7F
+    y = (u ^ s1) & 0x7F7F7F7F
+    sp = ~(y + 0x7F7F7F7F) & 0x80808080  # top bit of byte i set <=> b_i in {0, 255}
+    lo = ((u & 0x01010101) << 7) | (sp >> 1)
+    return hi.to(gl.int32, bitcast=True), lo.to(gl.int32, bitcast=True)
+
+
+@gluon.jit
+def _e8m0_pick(hi, lo, i: gl.constexpr):
+    """fp32 2^(b_i - 127) of byte i of the word _e8m0_prep saw (exact, as _e8m0_to_f32): one PRMT."""
+    SEL: gl.constexpr = (i << 12) | ((4 + i) << 8) | 0x88
+    bits = gl.inline_asm_elementwise(f"prmt.b32 $0, $1, $2, {SEL};", "=r,r,r", [hi, lo], dtype=gl.int32,
+                                     is_pure=True, pack=1)
+    return bits.to(gl.float32, bitcast=True)
+
+
+def e8m0_prep_reference(w):
+    """Python mirror of _e8m0_prep + _e8m0_pick for the CPU test: int word -> the 4 fp32 bit patterns."""
+    u = w & 0xFFFFFFFF
+    s1 = u >> 1
+    hi = s1 & 0x7F7F7F7F
+    y = (u ^ s1) & 0x7F7F7F7F
+    sp = ~(y + 0x7F7F7F7F) & 0x80808080
+    lo = (((u & 0x01010101) << 7) | (sp >> 1)) & 0xFFFFFFFF
+    out = []
+    for i in range(4):  # prmt.b32 d, hi, lo, sel: d bytes [3] = hi byte i, [2] = lo byte i, [1], [0] = 0
+        out.append((((hi >> (8 * i)) & 0xFF) << 24) | (((lo >> (8 * i)) & 0xFF) << 16))
+    return out
 
 
 @gluon.jit
@@ -211,7 +258,9 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     copies, which make ptxas serialize all wgmmas: C7514/C7515). MODE 1 gives each wgmma fresh zeros as its
     ignored accumulator, MODE 2 the registers of the partial promoted just before. MODE 4 = MODE 2 with one int32
     of scales per row and stage (SUBK = 4, WS only); MODE 3 = MODE 4 with blocks of all STAGES stages unrolled
-    (static slots; measured slower: instruction cache). st0: ring stages used before this call (persistent grid);
+    (static slots; measured slower: instruction cache). MODE 5/6 = MODE 4/3 with the stage-wise E8M0 decode
+    (_e8m0_prep once per stage word, one _e8m0_pick = PRMT per step; bit-identical factors). st0: ring stages
+    used before this call (persistent grid);
     FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
     gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
     gl.static_assert(U // SUBK <= STAGES, "the tail after the unrolled blocks must already be in flight")
@@ -229,7 +278,9 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
         # (dynamic slots). Both read the scales of a stage as one int32 per row (4 E8M0 bytes), one stage ahead.
         gl.static_assert(SUBK == 4, "MODE 3/4 read a stage's 4 scale bytes as one word")
         gl.static_assert(WS != 0, "MODE 3/4 need the TMA producer partition (WS)")
-        STATIC: gl.constexpr = MODE == 3
+        STATIC: gl.constexpr = (MODE == 3) or (MODE == 6)
+        # MODE 5 = MODE 4, MODE 6 = MODE 3, with the stage-wise E8M0 decode (_e8m0_prep / _e8m0_pick)
+        CHEAP: gl.constexpr = (MODE == 5) or (MODE == 6)
         BLK: gl.constexpr = STAGES * SUBK if STATIC else U
         gl.static_assert(BLK % SUBK == 0, "blocks of whole stages")
         NS: gl.constexpr = BLK // SUBK
@@ -273,6 +324,9 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                     wb_hi = _word(sbt_ptr, q0 + t + 1, t + 1 < n_stg)
                 if STATIC:
                     mbarrier.wait(ready.index(s), ph)
+                if CHEAP:  # MODE 5: the stage's decode pass (one PRMT per step below)
+                    ha, la = _e8m0_prep(wa)
+                    hb, lb = _e8m0_prep(wb)
                 for sub in gl.static_range(SUBK):
                     u = s * SUBK + sub
                     # MODE 2's register reuse: wgmma u overwrites partial u-2 (already promoted)
@@ -281,7 +335,10 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                     else:
                         p_new = _mma_step(b * BLK + u, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, u < 2, p_free,
                                           AROW, AROWS, st0)
-                    f_new = _byte_f32(wa, sub) * _byte_f32(wb, sub)
+                    if CHEAP:
+                        f_new = _e8m0_pick(ha, la, sub) * _e8m0_pick(hb, lb, sub)
+                    else:
+                        f_new = _byte_f32(wa, sub) * _byte_f32(wb, sub)
                     if u > 0:
                         p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
                         if sub == 0:  # the previous stage's wgmmas have all finished
@@ -397,29 +454,40 @@ def _nt_tile(pid, offs_ptr, M, N, K, NUM_M_TILES, BM: gl.constexpr, BN: gl.const
 def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
                    stride_sbe, stride_sbn, stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
                    STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                   SUBK: gl.constexpr):
+                   SUBK: gl.constexpr, WS: gl.constexpr = 2, NW: gl.constexpr = 4):
     """Persistent WS=2 grid (one CTA per SM, tiles pid, pid + grid, ...): the TMA warp runs ahead into the next
     tile while the consumers store the last one. The ring runs on across tiles; the launcher guarantees that
     for MODE 3 that every tile's steps fill whole blocks (K % (32 * SUBK * STAGES) == 0: static slots); MODE 4
-    (and every tail) counts the ring's stages across tiles."""
+    (and every tail) counts the ring's stages across tiles. WS=1 (NW = 8 warps): one consumer partition of two
+    warpgroups running the same code (one copy of the mainloop: half the instruction-cache footprint of WS=2's
+    two specialised partitions; the partition barriers Gluon inserts then span both warpgroups)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
-        mbarrier.init(empty.index(i), count=2)
+        mbarrier.init(empty.index(i), count=WS)
     n_tiles = NUM_M_TILES * gl.cdiv(N, BN)
-    gl.warp_specialize([
-        (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr, M,
-                               N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk,
-                               stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
-        (_nt_half_persistent, (1, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr, M,
-                               N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk,
-                               stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
-        (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES, n_tiles,
-                                BM, BN, STAGES, GROUP_M, E, SUBK)),
-    ], [4, 1], [240, 40])
+    if WS == 1:
+        gl.warp_specialize([
+            (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+                                   M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, NW)),
+            (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK)),
+        ], [1], [40])
+    else:
+        gl.warp_specialize([
+            (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+                                   M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
+            (_nt_half_persistent, (1, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+                                   M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
+            (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK)),
+        ], [4, 1], [240, 40])
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
         mbarrier.invalidate(empty.index(i))
@@ -430,9 +498,12 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
                         offs_ptr, M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
                         stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                         GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                        SUBK: gl.constexpr):
-    HB: gl.constexpr = BM // 2
-    mma_layout: gl.constexpr = _mma_layout(HB, BN, 4)
+                        SUBK: gl.constexpr, NW: gl.constexpr = 4):
+    """Consumer of the persistent grid: NW = 4: rows idx*BM/2 + [0, BM/2) of each tile (WS=2, one of two
+    partitions); NW = 8: all BM rows, one 64-row half per warpgroup (WS=1, the same code for both)."""
+    HB: gl.constexpr = BM // 2 if NW == 4 else BM
+    AROWS: gl.constexpr = HB if NW == 4 else 0
+    mma_layout: gl.constexpr = _mma_layout(HB, BN, NW)
     n_done = 0  # ring stages consumed so far (all tiles): slot and phase of the next one
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
@@ -441,9 +512,9 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
         acc = gl.zeros([HB, BN], gl.float32, mma_layout)
         acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptr + rows * stride_sam,
                         stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True,
-                        idx * HB, HB, False, n_done)
+                        idx * HB, AROWS, False, n_done)
         n_done += gl.cdiv(nk, SUBK)
-        _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, 4)
+        _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, NW)
 
 
 @gluon.jit
@@ -478,9 +549,11 @@ def _nt_grouped_kernel(
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
 
     if PERSIST:
-        gl.static_assert(WS == 2, "the persistent grid runs the WS=2 partitions")
+        gl.static_assert((WS == 2 and num_warps == 4) or (WS == 1 and num_warps == 8),
+                         "the persistent grid runs two 4-warp consumers (WS=2) or one 8-warp consumer (WS=1)")
         _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
-                       stride_sbe, stride_sbn, stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)
+                       stride_sbe, stride_sbn, stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, WS,
+                       num_warps)
         return
     expert, row0, base, lo, hi, nt, nk = _nt_tile(gl.program_id(0), offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M,
                                                   E)
@@ -690,7 +763,8 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # An optional 9th entry WS: 0 = no warp specialization (the kernel's warps refill the TMA ring themselves),
 # 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (BM|BN = 128,
 # num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer. An optional 10th entry
-# (fprop/dgrad, WS=2 with MODE 3/4) = the persistent grid.
+# (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6) = the persistent grid (MODE 3/6 only
+# where K % (32 * SUBK * STAGES) == 0, else the plain grid). MODE 5/6: candidates, see _mainloop.
 # Defaults (device call 2, 2026-11-25, H100; faster than the previous defaults in all 18 cells): fprop/dgrad
 # MODE 4 (word scales) with two consumers on the persistent grid; wgrad MODE 4 with two consumers. MODE 3/4
 # on scales that cannot be read as words run MODE 2 (_mode3_fallback).
@@ -731,7 +805,7 @@ def _tma_operand(who, name, t):
 
 def _split_config(config):
     """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0. An optional 10th
-    entry (fprop/dgrad, WS=2 + MODE 3 only) asks for the persistent grid: see launch_nt."""
+    entry (fprop/dgrad, WS=2 or 8-warp WS=1, MODE 3-6) asks for the persistent grid: see launch_nt."""
     return tuple(config[:8]), int(config[8]) if len(config) > 8 else 0
 
 
@@ -747,8 +821,8 @@ def _words_ok(*scales):
 
 
 def _mode3_fallback(cfg, *scales):
-    """MODE 3/4 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
-    if cfg[4] in (3, 4) and not _words_ok(*scales):
+    """MODE 3-6 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
+    if cfg[4] in (3, 4, 5, 6) and not _words_ok(*scales):
         return cfg[:4] + (2, 8) + cfg[6:]
     return cfg
 
@@ -788,8 +862,8 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     num_m = (M + BM - 1) // BM + E + 1  # each group adds at most one partial tile; then the padding rows
     grid = (num_m * ((C + BN - 1) // BN),)
     # persistent grid (asked for by the config): MODE 4, or MODE 3 with whole blocks per tile; else the plain grid
-    persist = _persist(config or DEFAULT_CONFIG) and WS == 2 and (
-        MODE == 4 or (MODE == 3 and R % (SK.value * SUBK * STAGES) == 0))
+    persist = _persist(config or DEFAULT_CONFIG) and (WS == 2 or (WS == 1 and warps == 8 and BM == 128)) and (
+        MODE in (4, 5) or (MODE in (3, 6) and R % (SK.value * SUBK * STAGES) == 0))
     if persist:
         grid = (min(grid[0], torch.cuda.get_device_properties(a.device).multi_processor_count),)
     _nt_grouped_kernel[grid](
@@ -838,10 +912,11 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     return out
 
 
-def compile_sm90(kernel, config=None, out_dtype="bf16"):
+def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
     """Compile one of the kernels for sm_90a without a GPU (ptxas ships with triton): ("nt" | "wgrad",
     config) -> (ptx, ptxas -v log + the shared memory size). Used by the CPU test that guards the wgmma pipelining: the log must not
-    report serialized wgmmas (C751x) or spills, and the PTX must wait with one wgmma still in flight."""
+    report serialized wgmmas (C751x) or spills, and the PTX must wait with one wgmma still in flight.
+    with_cubin: also return the cubin bytes (benchmarks/gluon_sass_count.py disassembles them)."""
     import os
     import subprocess
     import tempfile
@@ -883,4 +958,7 @@ def compile_sm90(kernel, config=None, out_dtype="bf16"):
             f.write(ptx)
         log = subprocess.run([ptxas, "-arch=sm_90a", "-v", src, "-o", os.path.join(d, "k.cubin")],
                              capture_output=True, text=True, check=True)
-    return ptx, log.stdout + log.stderr + f"\nshared memory: {compiled.metadata.shared} bytes\n"
+        with open(os.path.join(d, "k.cubin"), "rb") as f:
+            cubin = f.read()
+    log = log.stdout + log.stderr + f"\nshared memory: {compiled.metadata.shared} bytes\n"
+    return (ptx, log, cubin) if with_cubin else (ptx, log)

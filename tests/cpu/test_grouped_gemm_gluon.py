@@ -63,3 +63,53 @@ def test_sync_schedule_never_waits_with_one_in_flight():
     from kernels.grouped_gemm.gluon_mx import DEFAULT_CONFIG, compile_sm90
     ptx, _ = compile_sm90("nt", DEFAULT_CONFIG[:4] + (0,) + DEFAULT_CONFIG[5:])
     assert not re.search(r"wgmma\.wait_group\.sync\.aligned 1;", ptx)
+
+
+# candidates of 2026-11-25 (not measured on a GPU yet): MODE 5 = MODE 4 with the stage-wise E8M0 decode (one PRMT
+# per step), MODE 6 = the static ring (MODE 3) with it; WS=1 with 8 warps = one consumer partition running the same
+# mainloop code on both warpgroups (one copy: half the instruction-cache footprint of WS=2), persistent or not
+NEW_NT = [(128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1, 1),
+          (128, 128, 4, 8, 5, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1)]
+NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)]
+
+
+@pytest.mark.parametrize("kernel,config", [("nt", c) for c in NEW_NT] + [("wgrad", c) for c in NEW_WGRAD])
+def test_new_configs_compile_clean(kernel, config):
+    from kernels.grouped_gemm.gluon_mx import compile_sm90
+    ptx, log = compile_sm90(kernel, config, "bf16" if kernel == "nt" else "fp32")
+    assert re.search(r"wgmma\.wait_group\.sync\.aligned 1;", ptx), "no wgmma left in flight during promotion"
+    assert "C75" not in log and "Potential Performance Loss" not in log, log
+    assert "0 bytes spill stores" in log, log
+    # the per-step decode is one byte permute per scale word: selectors [hi_i, lo_i, 0, 0] for steps 0-3
+    for i in range(4):
+        assert "prmt.b32" in ptx and str((i << 12) | ((4 + i) << 8) | 0x88) in ptx, i
+
+
+def test_stagewise_e8m0_decode_is_exact():
+    """MODE 5/6's SWAR decode (mirrored in Python by e8m0_prep_reference) gives the bits of _e8m0_to_f32 for every
+    byte value in every position of the word, next to every kind of neighbour (0, 255, 1, 254, random)."""
+    import random
+
+    from kernels.grouped_gemm.gluon_mx import e8m0_prep_reference
+
+    def bits(b):  # _e8m0_to_f32
+        return (b << 23) | ((((b - 1) | (b + 1)) & 0x100) << 14)
+
+    assert bits(0) == 0x00400000 and bits(255) == 0x7FC00000 and bits(127) == 0x3F800000
+    rng = random.Random(0)
+    for pos in range(4):
+        for b in range(256):
+            for _ in range(24):
+                word = [rng.choice([0, 255, 1, 254, 127, rng.randrange(256)]) for _ in range(4)]
+                word[pos] = b
+                w = sum(v << (8 * i) for i, v in enumerate(word))
+                assert e8m0_prep_reference(w) == [bits(v) for v in word], (hex(w), pos)
+    # signed int32 words (the kernel loads int32): the same bits
+    assert e8m0_prep_reference(-1) == [0x7FC00000] * 4
+    assert e8m0_prep_reference(0) == [0x00400000] * 4
+
+
+def test_new_configs_leave_the_defaults_alone():
+    from kernels.grouped_gemm.gluon_mx import DEFAULT_CONFIG, WGRAD_DEFAULT_CONFIG
+    assert DEFAULT_CONFIG == (128, 128, 4, 8, 4, 8, 4, 4, 2, 1)
+    assert WGRAD_DEFAULT_CONFIG == (128, 128, 4, 8, 4, 8, 4, 4, 2)

@@ -29,13 +29,30 @@ M4_U16_PERSIST = (128, 128, 4, 8, 4, 16, 4, 4, 2, 1)
 M4_S5_PERSIST = (128, 128, 5, 8, 4, 8, 4, 4, 2, 1)
 OLD_DEFAULT = (128, 128, 4, 8, 2, 8, 4, 4, 2)  # the default before MODE 4
 WG2_M2 = (128, 128, 4, 8, 2, 8, 4, 4, 2)
+# candidates of 2026-11-25 (CPU-prepared, first GPU run next session): MODE 5 (MODE 4 + stage-wise E8M0 decode,
+# one PRMT per step) with two 4-warp consumers, persistent and plain; one 8-warp consumer (WS=1: both warpgroups
+# run one copy of the mainloop) on the persistent grid with MODE 5 U = 8 and 16 and MODE 6 (static ring + the new
+# decode; K = 512 persistent, K = 640 and 1056 plain grid / MODE 2 fallback), MODE 6 WS=1 on the plain grid
+M5_PERSIST = (128, 128, 4, 8, 5, 8, 4, 4, 2, 1)
+M5_WS2 = (128, 128, 4, 8, 5, 8, 4, 4, 2)
+M5_W1_PERSIST = (128, 128, 4, 8, 5, 8, 4, 8, 1, 1)
+M5_W1_U16_PERSIST = (128, 128, 4, 8, 5, 16, 4, 8, 1, 1)
+M6_W1_PERSIST = (128, 128, 4, 8, 6, 16, 4, 8, 1, 1)
+M6_W1 = (128, 128, 4, 8, 6, 16, 4, 8, 1)
+NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1]
+NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)]
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
               (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M4_WS2, M4_U4, M4_PERSIST, M3_PERSIST,
-              M4_U16_PERSIST, M4_S5_PERSIST]
+              M4_U16_PERSIST, M4_S5_PERSIST] + NEW_NT
 # wgrad: also two 4-warp consumers (WS=2) with MODE 2 and MODE 4 (U = 8 and 4; word scales funnel-shifted: a
 # group starts at any 32-token step)
 WGRAD_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 2, 8, 4, 8, 1), (64, 128, 4, 8, 2, 8, 4, 4),
-                 (128, 128, 3, 8, 1, 4, 2, 8), WG2_M2, M4_WS2, M4_U4, (128, 128, 4, 8, 1, 8, 4, 8, 1)]
+                 (128, 128, 3, 8, 1, 4, 2, 8), WG2_M2, M4_WS2, M4_U4, (128, 128, 4, 8, 1, 8, 4, 8, 1)] + NEW_WGRAD
+
+
+def _cid(c):
+    """Test ids that name the config (select with -k, e.g. -k "c128_128_4_8_5 or c128_128_4_8_6 or new")."""
+    return "default" if c is None else "c" + "_".join(map(str, c))
 
 
 def rel(out, ref):
@@ -58,7 +75,7 @@ def _quant(x, block_tile):
     return to_mxfp8_blocked(x, -1, *block_tile)
 
 
-@pytest.mark.parametrize("config", NT_CONFIGS)
+@pytest.mark.parametrize("config", NT_CONFIGS, ids=_cid)
 @pytest.mark.parametrize("K,N", [(512, 384), (1056, 256), (640, 128)])
 def test_gluon_fprop_dgrad(config, K, N):
     from kernels.grouped_gemm import grouped_mm_dgrad_reference, grouped_mm_fprop_reference
@@ -125,7 +142,7 @@ def test_gluon_public_api_matches_triton_backend():
     assert rel(g["gluon"], g["triton"]) < 1e-4
 
 
-@pytest.mark.parametrize("config", WGRAD_CONFIGS)
+@pytest.mark.parametrize("config", WGRAD_CONFIGS, ids=_cid)
 @pytest.mark.parametrize("tail", [64, 32])
 def test_gluon_wgrad(config, tail):
     from kernels.grouped_gemm import grouped_mm_wgrad_reference
@@ -173,3 +190,71 @@ def test_experts_op_routes_to_gluon():
         res[b] = (out, xr.grad, wr.grad)
     for a, t in zip(res["gluon"], res["triton"]):
         assert torch.isfinite(a).all() and rel(a, t) < 2e-3
+
+
+def _special_scales(scale, rng_rows, first_block):
+    """Write E8M0 bytes 0, 1, 254, 255 and neighbours into every position of the 4-byte scale words of a few rows
+    (in place): row r gets the pattern rotated by r, starting at scale block first_block."""
+    pats = [[0, 1, 254, 255], [255, 0, 0, 255], [0, 0, 0, 0], [127, 0, 130, 1], [254, 126, 0, 128]]
+    for i, r in enumerate(rng_rows):
+        p = pats[i % len(pats)]
+        p = p[i % 4:] + p[:i % 4]
+        scale[r, first_block:first_block + 4] = torch.tensor(p, dtype=scale.dtype, device=scale.device)
+
+
+@pytest.mark.parametrize("config", NEW_NT, ids=_cid)
+@pytest.mark.parametrize("K", [512, 640])
+def test_new_nt_configs_bit_exact_with_special_scales(config, K):
+    """The new configs compute the same factors (exact E8M0 decode, 0 -> 2^-127, 255 -> NaN) and promote in the
+    same order as the default: outputs equal bit for bit (NaN where the default has NaN), with E8M0 0/1/254/255
+    in every byte position of the activation words and 0/254/255 weight-tile scales; finite rows also match the
+    float64 reference."""
+    from kernels.grouped_gemm import grouped_mm_fprop_reference
+    from kernels.grouped_gemm.gluon_mx import launch_nt
+    torch.manual_seed(5)
+    sizes = [0, 33, 129, 300, 1, 31, 200, 127]
+    offs = _offs(sizes)
+    M, N = sum(sizes) + 40, 256
+    x = torch.randn(M, K, device="cuda")
+    w = torch.randn(len(sizes), N, K, device="cuda") * 0.02
+    ad, as_ = _quant(x, (32, 1))
+    wd, ws = _quant(w, (32, 128))
+    _special_scales(as_, list(range(40, 60)), 0)
+    _special_scales(as_, list(range(200, 210)), 8)
+    _special_scales(as_, list(range(500, 505)), 12)
+    ws[3, 0:128, 5] = 0      # weight tile scale 2^-127: subnormal factors
+    ws[3, 128:256, 6] = 254  # 2^127: overflow to inf in some rows (as the default)
+    ws[6, 0:128, 2] = 255    # NaN tile: expert 6's rows are NaN in columns 0-127
+    ref = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, None)
+    _poison_allocator()
+    out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, config)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
+    r64 = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
+    fin = torch.isfinite(r64).all(1) & torch.isfinite(out.double()).all(1)
+    assert fin.sum() > M // 2
+    assert rel(out[fin], r64[fin]) < TOL_BF16
+    assert torch.isnan(out[41]).all() and torch.isfinite(out[42]).all()  # 255 in a step of row 41; row 42: 0s
+
+
+@pytest.mark.parametrize("config", NEW_WGRAD, ids=_cid)
+@pytest.mark.parametrize("tail", [64, 32])
+def test_new_wgrad_configs_bit_exact_with_special_scales(config, tail):
+    from kernels.grouped_gemm.gluon_mx import launch_wgrad
+    torch.manual_seed(6)
+    K, N = 256, 384
+    offs = _offs(SIZES)
+    real = (sum(SIZES) + 31) // 32 * 32
+    M = real + tail
+    x = torch.randn(M, K, device="cuda")
+    do = torch.randn(M, N, device="cuda")
+    xt, xs = _quant(x.t(), (32, 128))
+    dt, ds = _quant(do.t(), (32, 1))
+    _special_scales(ds, list(range(0, 24)), 0)
+    _special_scales(ds, list(range(100, 120)), 36)   # tokens 1152-1279 (groups 6/7 boundary region)
+    _special_scales(ds, list(range(200, 210)), 61)   # unaligned start: funnel-shifted words
+    xs[0:128, 40] = 0
+    xs[128:256, 70] = 255
+    ref = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, None)
+    _poison_allocator()
+    out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, config)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
