@@ -62,6 +62,16 @@ def both(fn, *args):
 
 
 # ------------------------------------------------------------------------------------------ Triton == reference
+
+def same_dweights(got, want, dout, y, pos):
+    """combine backward's dweights [N, k]: a dot over D in the kernel's summation order, so the same non-finite
+    entries and the finite ones within 1e-5 of the sum of |dout * y| over the features (fp32 rounding)."""
+    N, k = want.shape
+    fin = torch.isfinite(want)
+    assert torch.equal(fin, torch.isfinite(got))
+    scale = (dout.float().abs()[:, None, :] * y.index_select(0, pos).view(N, k, -1).float().abs()).sum(-1)
+    assert bool(((got - want).abs()[fin] <= 1e-5 * scale[fin] + 1e-30).all())
+
 @pytest.mark.parametrize("recipe,block", CASES)
 @pytest.mark.parametrize("kind", ["uneven", "one_expert"])
 def test_dispatch_and_combine_triton_equal_reference(recipe, block, kind):
@@ -82,11 +92,7 @@ def test_dispatch_and_combine_triton_equal_reference(recipe, block, kind):
     got, want = both(km.combine_backward, dout, y, plan.pos, w8, plan.src, plan.offs, recipe, block)
     for i in range(4):
         same(got[i], want[i], f"combine_backward out {i}")
-    # dweights: a dot over D in the kernel's summation order; finite entries within fp32 rounding
-    fin = torch.isfinite(want[4])
-    assert torch.equal(fin, torch.isfinite(got[4]))
-    scale = (dout.float().abs()[:, None, :] * y.index_select(0, plan.pos).view(N, k, D).float().abs()).sum(-1)
-    assert bool(((got[4] - want[4]).abs()[fin] <= 1e-5 * scale[fin] + 1e-30).all())
+    same_dweights(got[4], want[4], dout, y, plan.pos)
 
 
 @pytest.mark.parametrize("recipe,block", CASES)
@@ -427,10 +433,7 @@ def test_mx_amax_first_either_way(block, monkeypatch):
         got, want = both(km.combine_backward, dout, y, plan.pos, w8, plan.src, plan.offs, "mxfp8", block)
         for i in range(4):
             same(got[i], want[i], f"amax_first={first} combine_backward out {i}")
-        fin = torch.isfinite(want[4])
-        assert torch.equal(fin, torch.isfinite(got[4]))
-        scale = (dout.float().abs()[:, None, :] * y.index_select(0, plan.pos).view(N, k, D).float().abs()).sum(-1)
-        assert bool(((got[4] - want[4]).abs()[fin] <= 1e-5 * scale[fin] + 1e-30).all())
+        same_dweights(got[4], want[4], dout, y, plan.pos)
         got, want = both(km.swiglu_quantize_backward, da, h13, plan.offs, "mxfp8", block)
         for i in range(4):
             same(got[i], want[i], f"amax_first={first} swiglu backward out {i}")
