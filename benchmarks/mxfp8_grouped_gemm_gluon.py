@@ -74,6 +74,8 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     # MODE 6 = static ring (16-step blocks, static slots: fewer descriptor instructions) + the new decode, one copy;
     # persistent only where K % 512 == 0 (else the plain grid); wgrad: MODE 5 U=16 WS=1 (same code: static slots)
     "m6w1p": ((128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
+    # the defaults of session 13 (MODE 4: fprop/dgrad two consumers on the persistent grid, wgrad two consumers)
+    "s13": ((128, 128, 4, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 4, 8, 4, 4, 2)),
 }
 
 

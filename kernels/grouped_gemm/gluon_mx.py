@@ -23,15 +23,14 @@ in flight. WS picks who refills the ring: 0 the kernel's own warps (Gluon then i
 every TMA issue, which tie the warpgroups together), 1 a 1-warp producer partition, 2 (fprop/dgrad) a producer
 plus two independent 4-warp consumers that each own 64 rows of the 128x128 tile and their own epilogue, so one
 consumer's FMAs overlap the other's wgmmas as well (fprop/dgrad and wgrad). Scales are read with plain loads:
-MODE 0-2 one byte per row and step, one step ahead; MODE 4 (the default) and MODE 3 one int32 per row and TMA
+MODE 0-2 one byte per row and step, one step ahead; MODE 3-6 one int32 per row and TMA
 stage (the stage's 4 E8M0 bytes), one stage ahead (wgrad: two aligned words funnel-shifted, a group starts at
 any 32-token step); scales that cannot be read as aligned words run MODE 2 instead. The fprop/dgrad default runs
 on a persistent grid (one CTA per SM; the TMA warp loads the next tile while the consumers store this one).
-Measured variants and numbers: NOTES.md ("Gluon mx32", session 2026-11-25). Candidates prepared on CPU the same
-day (SASS instruction counts in NOTES.md, not measured on a GPU yet): MODE 5/6 = MODE 4/3 with the E8M0 decode
-split into one SWAR pass per stage word and one byte permute (PRMT) per step (_e8m0_prep/_e8m0_pick), and
-WS=1 with 8 warps on the persistent grid: one consumer partition whose two warpgroups run one copy of the
-mainloop (WS=2's two partitions are two copies), which makes 16-step blocks / the static ring fit the i-cache.
+Measured variants and numbers: NOTES.md ("Gluon mx32"). MODE 5/6 = MODE 4/3 with the E8M0 decode split into
+one SWAR pass per stage word and one byte permute (PRMT) per step (_e8m0_prep/_e8m0_pick); MODE 5 is the default
+(fprop/dgrad with WS=2; wgrad with WS=1, 8 warps, U = 16: one consumer partition whose two warpgroups run one
+copy of the mainloop, which makes 16-step blocks fit the i-cache).
 
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
@@ -765,11 +764,12 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer. An optional 10th entry
 # (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6) = the persistent grid (MODE 3/6 only
 # where K % (32 * SUBK * STAGES) == 0, else the plain grid). MODE 5/6: candidates, see _mainloop.
-# Defaults (device call 2, 2026-11-25, H100; faster than the previous defaults in all 18 cells): fprop/dgrad
-# MODE 4 (word scales) with two consumers on the persistent grid; wgrad MODE 4 with two consumers. MODE 3/4
-# on scales that cannot be read as words run MODE 2 (_mode3_fallback).
-DEFAULT_CONFIG = (128, 128, 4, 8, 4, 8, 4, 4, 2, 1)
-WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 4, 8, 4, 4, 2)
+# Defaults (session 14, H100; benchmarks/results/issue10_h100_s14/NOTE.md): fprop/dgrad MODE 5 (word scales +
+# stage-wise E8M0 decode) with two 4-warp consumers on the persistent grid; wgrad MODE 5, U = 16, one 8-warp
+# consumer. Faster than session 13's MODE 4 defaults in 17 of 18 cells of one run (wgrad +3-9% in all six), 0.99-1.33x
+# bf16. MODE 3-6 on scales that cannot be read as words run MODE 2 (_mode3_fallback).
+DEFAULT_CONFIG = (128, 128, 4, 8, 5, 8, 4, 4, 2, 1)
+WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 5, 16, 4, 8, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
 

@@ -14,8 +14,8 @@ pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.ge
 
 TOL_BF16 = 3e-3
 SIZES = [0, 1, 31, 33, 127, 129, 1000, 2431]  # E = 8; 3754 tokens
-# (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS[, PERSIST]]): the default (MODE 4, persistent; wgrad
-# MODE 4 WS=2); the wait-every-wgmma schedule; 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles
+# (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS[, PERSIST]]): the default (MODE 5, persistent; wgrad
+# MODE 5 U = 16 WS=1); the wait-every-wgmma schedule; 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles
 # on one warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization); MODE 4 (MODE 2's
 # loop, one int32 of scales per row and stage) with two 4-warp consumers, U = 8 and 4, on the plain and the
 # persistent grid; MODE 3 (static ring) with two 4-warp consumers on the persistent grid (K = 512: whole MODE 3
@@ -225,13 +225,15 @@ def test_new_nt_configs_bit_exact_with_special_scales(config, K):
     ws[3, 0:128, 5] = 0      # weight tile scale 2^-127: subnormal factors
     ws[3, 128:256, 6] = 254  # 2^127: overflow to inf in some rows (as the default)
     ws[6, 0:128, 2] = 255    # NaN tile: expert 6's rows are NaN in columns 0-127
-    ref = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, None)
+    ref = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M4_PERSIST)
     _poison_allocator()
     out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, config)
     torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
     r64 = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
-    fin = torch.isfinite(r64).all(1) & torch.isfinite(out.double()).all(1)
-    assert fin.sum() > M // 2
+    # elementwise: expert 3's columns 128-255 overflow and expert 6's columns 0-127 are NaN by construction, so
+    # whole rows would leave too few to compare (349 of 861 on the H100)
+    fin = torch.isfinite(r64) & torch.isfinite(out.double())
+    assert fin.double().mean() > 0.5
     assert rel(out[fin], r64[fin]) < TOL_BF16
     assert torch.isnan(out[41]).all() and torch.isfinite(out[42]).all()  # 255 in a step of row 41; row 42: 0s
 
@@ -254,7 +256,7 @@ def test_new_wgrad_configs_bit_exact_with_special_scales(config, tail):
     _special_scales(ds, list(range(200, 210)), 61)   # unaligned start: funnel-shifted words
     xs[0:128, 40] = 0
     xs[128:256, 70] = 255
-    ref = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, None)
+    ref = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M4_WS2)
     _poison_allocator()
     out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, config)
     torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
