@@ -102,15 +102,18 @@ static __global__ void sfb_red_kernel(GroupedProblem p, float* sfb, int64_t tb_n
   sfb[i] = e8m0_to_float(p.sb[cb * 128 * p.sb_s1 + tb * 4 * p.sb_s2]);
 }
 
-// Output rows at or after offs[E-1] (kRows): zeros. Blocks whose rows all lie before offs[E-1] exit at once.
+// The two zero-fill kernels below run on every call but have work only in rare cases (padding rows, empty
+// experts), which the host cannot see without a sync. Their grids are therefore small and fixed (kZeroBlocks
+// blocks per group at most), each block striding over its rows: a grid sized for the whole output was thousands
+// of blocks that only read offs and exit (up to ~50 us a call inside a training step).
+constexpr int64_t kZeroBlocks = 64;
+
+// Output rows at or after offs[E-1] (kRows): zeros. Block b takes rows lim + b, lim + b + gridDim.x, ...
 template <class T>
-__global__ void zero_tail_rows_kernel(GroupedProblem p, int rows_per_block) {
-  int64_t r0 = int64_t(blockIdx.x) * rows_per_block;
+__global__ void zero_tail_rows_kernel(GroupedProblem p) {
   int64_t lim = p.groups ? p.offs[p.groups - 1] : 0;
-  int64_t r_begin = r0 > lim ? r0 : lim;
-  int64_t r_end = r0 + rows_per_block < p.M ? r0 + rows_per_block : p.M;
   T* out = static_cast<T*>(p.out);
-  for (int64_t r = r_begin; r < r_end; ++r)
+  for (int64_t r = lim + blockIdx.x; r < p.M; r += gridDim.x)
     for (int64_t c = threadIdx.x; c < p.C; c += blockDim.x) out[r * p.ldo + c] = T(0);
 }
 
@@ -121,9 +124,8 @@ __global__ void zero_empty_groups_kernel(GroupedProblem p) {
   int64_t start = e ? p.offs[e - 1] : 0;
   if (p.offs[e] - start != 0) return;
   T* out = static_cast<T*>(p.out) + int64_t(e) * p.out_group_stride;
-  int64_t n = p.rows * p.C;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    out[(i / p.C) * p.ldo + i % p.C] = T(0);
+  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x)
+    for (int64_t c = threadIdx.x; c < p.C; c += blockDim.x) out[r * p.ldo + c] = T(0);
 }
 
 // Per-group CUTLASS arguments. One thread per group.
@@ -304,15 +306,14 @@ struct BlockwiseGrouped {
       if (p.M > 0) sfa_rows_kernel<<<unsigned(cdiv(p.M, T)), T, 0, stream>>>(p, sfa);
       if (c.sfb_n > 0) sfb_rows_kernel<<<unsigned(cdiv(c.sfb_n, T)), T, 0, stream>>>(p, sfb, c.cb_n, p.R / 128);
       if (p.M > 0) {
-        const int rpb = 16;
-        zero_tail_rows_kernel<ElementD><<<unsigned(cdiv(p.M, rpb)), 256, 0, stream>>>(p, rpb);
+        int64_t blocks = p.M < kZeroBlocks ? p.M : kZeroBlocks;
+        zero_tail_rows_kernel<ElementD><<<unsigned(blocks), 256, 0, stream>>>(p);
       }
     } else {
       if (c.sfa_n > 0) sfa_red_kernel<<<unsigned(cdiv(c.sfa_n, T)), T, 0, stream>>>(p, sfa, c.tb_n);
       if (c.sfb_n > 0) sfb_red_kernel<<<unsigned(cdiv(c.sfb_n, T)), T, 0, stream>>>(p, sfb, c.tb_n, c.cb_n);
-      int64_t chunks = cdiv(p.rows * p.C, 256 * 64);
-      chunks = chunks < 1024 ? chunks : 1024;
-      if (chunks > 0)
+      int64_t chunks = p.rows < kZeroBlocks ? p.rows : kZeroBlocks;
+      if (chunks > 0 && p.C > 0)
         zero_empty_groups_kernel<ElementD><<<dim3(unsigned(chunks), unsigned(p.groups)), 256, 0, stream>>>(p);
     }
     build_args_kernel<Shape3, ElementA, ElementB, ElementD, StrideA, StrideB, StrideD>
