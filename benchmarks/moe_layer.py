@@ -68,12 +68,13 @@ VARIANTS = ("bf16", "torchao_fp8", "fp8_rowwise", "mxfp8_mx128", "mxfp8_mx32")
 # whose names list the fused aten ops)
 CATEGORIES = [
     ("gemm", re.compile(r"gemm|cutlass|nvjet|xmma|wgmma|_mx_grouped_mm_kernel|_mx_grouped_wgrad_kernel|"
-                        r"grouped_mm|sm90|scaled_mm|cublas|Kernel2", re.I)),
+                        r"grouped_mm|sm90|scaled_mm|cublas|Kernel2|^_nt_grouped_kernel|^_wgrad_kernel", re.I)),
     ("swiglu", re.compile(r"silu|sigmoid", re.I)),
-    ("quant", re.compile(r"amax|fp8|float8|mxfp8|rowcol|scale|clamp|_to_copy_abs|e4m3|quant|jagged|colwise|rowwise",
-                         re.I)),
+    # kernels.moe's fused kernels: _mx_kernel / _f8_* quantize what dispatch, SwiGLU and combine backward write
+    ("quant", re.compile(r"amax|fp8|float8|mxfp8|rowcol|scale|clamp|_to_copy_abs|e4m3|quant|jagged|colwise|rowwise|"
+                         r"^_mx_kernel|^_f8_", re.I)),
     ("dispatch_combine", re.compile(r"index|gather|scatter|sort|searchsorted|cumsum|cat|embedding|topk|softmax|"
-                                    r"arange|radix", re.I)),
+                                    r"arange|radix|combine", re.I)),
 ]
 
 
@@ -251,6 +252,44 @@ def host_top(step, steps, n):
              "self_cpu_ms": round(e.self_cpu_time_total / 1e3 / steps, 3)} for e in evs]
 
 
+def live_at_peak(step, top):
+    """The `top` largest allocations alive when one step's allocated memory peaked (the step recorded with
+    torch.cuda.memory._record_memory_history; what was allocated before the step is not counted, as `peak_step_gib`
+    does not count it): [{"mb", "where"}], "where" = the innermost frame in titan_fp8 / kernels / inductor's generated
+    code. Says what a float8 variant's peak holds that bf16's does not."""
+    torch.cuda.synchronize()
+    torch.cuda.memory._record_memory_history(max_entries=500000, stacks="python")
+    try:
+        step()
+        torch.cuda.synchronize()
+        snap = torch.cuda.memory._snapshot()
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    live, cur, best, at_best = {}, 0, -1, {}
+    for ev in snap["device_traces"][torch.cuda.current_device()]:
+        if ev["action"] == "alloc":
+            live[ev["addr"]] = ev
+            cur += ev["size"]
+        elif ev["action"] == "free_completed" and ev["addr"] in live:
+            cur -= live.pop(ev["addr"])["size"]
+        else:
+            continue
+        if cur > best:
+            best, at_best = cur, dict(live)
+
+    def where(ev):
+        frames = ev.get("frames") or []
+        for f in frames:
+            if any(k in f["filename"] for k in ("titan_fp8/", "kernels/", "torchinductor", "benchmarks/")):
+                return f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}"[:80]
+        return (f"{os.path.basename(frames[0]['filename'])}:{frames[0]['line']} {frames[0]['name']}"[:80]
+                if frames else "?")
+
+    rows = sorted(at_best.values(), key=lambda e: -e["size"])[:top]
+    return {"peak_mb": round(best / 2**20, 1),
+            "top": [{"mb": round(e["size"] / 2**20, 1), "where": where(e)} for e in rows]}
+
+
 def kernel_split(step, steps):
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -332,6 +371,8 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, emulated float8, no torchao")
     ap.add_argument("--deadline-s", type=float, default=0,
                     help="stop building variants / timing rounds once this many seconds have passed (0: never)")
+    ap.add_argument("--mem-peak", type=int, default=0,
+                    help="also record one step's allocations and list the N largest alive at its peak (GPU)")
     ap.add_argument("--out", default=None, help="folder for the JSON (default benchmarks/results)")
     args = ap.parse_args()
 
@@ -415,10 +456,11 @@ def main():
                     htop = host_top(step, args.prof_steps, args.host_top) if args.host_top else []
                     htop += python_top(step, args.prof_steps, args.py_top) if args.py_top else []
                     gaps = gpu_gaps(step, args.prof_steps) if args.gaps else None
+                    mem = live_at_peak(step, args.mem_peak) if args.mem_peak else None
                 else:
-                    peak, split, top, htop, gaps, launches = None, {}, [], [], None, None
+                    peak, split, top, htop, gaps, launches, mem = None, {}, [], [], None, None, None
                 runs[name] = dict(step=step, times=[], host=[], peak=peak, split=split, top=top, htop=htop, gaps=gaps,
-                                  launches=launches,
+                                  launches=launches, mem=mem,
                                   setup_s=round(time.time() - t0, 1), note=getattr(moe, "gemm_note", None))
                 print(f"[{shape}] {name}: ready in {time.time() - t0:.0f} s", flush=True)
             except Exception as e:  # a variant that cannot run is reported, the others still run
@@ -455,6 +497,7 @@ def main():
                 "peak_step_gib": round(r["peak"], 3) if r["peak"] is not None else None,
                 "host_top": r["htop"], "gpu_gaps": r["gaps"],
                 "split_ms": r["split"], "launches_per_step": r["launches"], "top_kernels": r["top"],
+                "live_at_peak": r["mem"],
                 "setup_s": r["setup_s"], "note": r["note"]})
         save()
         del runs
@@ -483,6 +526,12 @@ def main():
                   f"idle {g['idle_ms']:.2f}")
             for h in g["by_host_op"]:
                 print(f"       {h['idle_ms']:7.3f} ms in {h['gaps']:3d} gaps under {h['host'][:110]}")
+    for r in report["results"]:
+        m = r.get("live_at_peak")
+        if m:
+            print(f"  peak {r['shape']} {r['variant']}: {m['peak_mb']:.0f} MB above the step's start; largest alive:")
+            for e in m["top"]:
+                print(f"       {e['mb']:8.1f} MB  {e['where']}")
     print(f"\nwrote {path}")
 
 
