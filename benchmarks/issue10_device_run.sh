@@ -8,12 +8,8 @@
 # From the repo root, carrying .whl (torchao, nvidia-cutlass):
 #     run(command="bash benchmarks/issue10_device_run.sh", carry=[".whl"], timeout_s=600)
 # $OUT: pytest.log, backends.log (+ json), gluon.log (+ json).
-set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source benchmarks/device_env.sh
 BUDGET=${X10_BUDGET:-585}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=$PWD:/tmp/site
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 MAX_JOBS=16 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('CUTLASS ready')" 2>&1 | tail -1
 echo "build: ${SECONDS}s"

@@ -10,12 +10,8 @@
 # $OUT/cutlass_build.tgz, and a later call that carries it unpacked as .cutlass_build skips the build:
 #   mkdir -p .cutlass_build && tar xzf <files_at>/cutlass_build.tgz -C .cutlass_build   (here, once)
 #   run(command="bash benchmarks/layer_device_run.sh", carry=[".whl", ".cutlass_build"], timeout_s=600)
-set -u
-export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source benchmarks/device_env.sh
 BUDGET=${L_BUDGET:-540}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=$PWD:/tmp/site
 export TITAN_FP8_CUTLASS_BUILD_DIR=$PWD/.cutlass_build
 mkdir -p "$TITAN_FP8_CUTLASS_BUILD_DIR"
 find "$TITAN_FP8_CUTLASS_BUILD_DIR" -type f -exec touch {} +  # carried objects newer than the fresh sources
