@@ -26,9 +26,8 @@ layer() {  # shape gpu variants
   for f in "$OUT"/layer_$1/moe_layer-*.json; do [ -f "$f" ] && mv "$f" "$OUT/layer_$1.json"; done
   rmdir "$OUT/layer_$1" 2>/dev/null
 }
-# One shape after the other, not one per GPU at once: session 14 ran them at once and the llama_moe layer, whose
-# float8 step is host-sensitive, needed 7.4 ms of host time a step instead of 4.8 alone (the other process's
-# compiles and timing loops, most likely, shared the host CPUs): its synced ratio read 1.159x there, 1.246x alone.
+# One shape after the other, not one per GPU at once: the float8 llama_moe layer's synced time is mostly host time
+# (4.8-7.4 ms a step across session 14's runs), and a second benchmark process on the same host can only add to it.
 echo "moe_layer: $left s"
 left=$((left * 55 / 100))
 layer dsv3_layer 0 "${X9_DSV3:-bf16,torchao_fp8,fp8_rowwise,mxfp8_mx128,mxfp8_mx32}"
