@@ -26,3 +26,34 @@ def graph_ms(fn, calls, replays=7):
     del g
     torch.cuda.synchronize()
     return sorted(times)[len(times) // 2]
+
+
+def interleaved_ms(fns, rounds, event=None, synchronize=None):
+    """Per variant: (median ms, interquartile range / median) of its calls, timed round-robin.
+
+    fns: {variant: [callable, ...]}; each round calls every variant once (cycling through its callables: rotating
+    input sets), each call bracketed by CUDA events on the current stream. Variants timed one after another
+    (triton's do_bench per variant) see different clocks: on an H100 at its 700 W cap the same CUTLASS kernel read
+    1.308 and 1.512 ms in one run (session 15). Round-robin gives every variant the same clock and thermal history,
+    so ratios between them hold even when the absolute times drift. `event` / `synchronize` default to
+    torch.cuda.Event(enable_timing=True) / torch.cuda.synchronize (tests pass fakes)."""
+    event = event or (lambda: torch.cuda.Event(enable_timing=True))
+    synchronize = synchronize or torch.cuda.synchronize
+    names = list(fns)
+    marks = {v: [] for v in names}
+    for r in range(rounds):
+        for v in names:
+            calls = fns[v]
+            start, end = event(), event()
+            start.record()
+            calls[r % len(calls)]()
+            end.record()
+            marks[v].append((start, end))
+    synchronize()
+    out = {}
+    for v in names:
+        ts = sorted(s.elapsed_time(e) for s, e in marks[v])
+        n = len(ts)
+        med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
+        out[v] = (med, (ts[(3 * n) // 4] - ts[n // 4]) / med if med > 0 else 0.0)
+    return out

@@ -2,7 +2,7 @@
 rowwise grouped GEMM, cuBLAS dense blockwise and torchao's fp8 rowwise grouped op, all in ONE run.
 
   PYTHONUNBUFFERED=1 python benchmarks/mxfp8_grouped_gemm_backends.py [--shapes dsv3_up,dsv3_down,llama_up]
-      [--routings even,skewed] [--no-op] [--rep 100]
+      [--routings even,skewed] [--no-op] [--rounds 30]
 
 E = 8 experts, 8192 tokens per expert (M = 65536), (K, N) in {(7168, 2048), (2048, 7168), (4096, 2816)}; routing
 "even" and "skewed" (one expert 4x the mean, one empty, the other six uneven; every group a multiple of 128 tokens,
@@ -15,15 +15,21 @@ Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16
                     -- dense cuBLAS at the same sizes, one launch per expert
   mx128_triton / mx32_triton   kernels.grouped_gemm with backend="triton"
   mx32_gluon        backend="gluon": true 1x32 scales, the next wgmma in flight while a partial is promoted
+  mx128_cutlass     backend="cutlass" with its default kernel per pass (cutlass_backend.SCHEDULES)
   mx128_cutlass_coop / _pp     backend="cutlass", schedule cooperative (128x128 tiles) / pingpong (64x128)
+                    for every pass
   cutlass[<config>] (--cutlass-configs) backend="cutlass" under that kernel configuration (cluster shape,
                     raster order, swizzle: kernels/grouped_gemm/cutlass_backend.py SCHEDULES)
 Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantization, eager:
   bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
-  pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass_{coop,pp} (token_align=128),
+  pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass (default kernels),
+  op_mx128_cutlass_{coop,pp} (token_align=128),
   op_mx32_triton, op_mx32_gluon
   (titan_fp8.float8.experts.mxfp8_grouped_mm). --ops picks a subset (default all). FLOPs: 3 GEMMs.
-Timing: triton.testing.do_bench median (kernels: two rotating input sets, each far larger than L2).
+Timing: per (shape, routing, pass) every variant round-robin, --rounds rounds (default 50), CUDA events per call,
+median (benchmarks/cuda_timing.interleaved_ms; kernels alternate two input sets, each far larger than L2): the
+variants of a pass share clocks and thermal state, so their ratios hold when the H100's clocks drift (one-variant-
+at-a-time timing read the same kernel 1.31 and 1.51 ms in one run). `iqr`: interquartile range / median.
 Check: each mx128 output vs the first mx128 variant's output of the same operands (`rel_vs`, `rel_ref`: norm-wise
 rel.; every kernel vs float64 is in the GPU tests).
 Writes benchmarks/results/mxfp8_grouped_gemm_backends-<device>-<date>.json (or under $OUT when set).
@@ -48,6 +54,7 @@ from kernels.grouped_gemm import (  # noqa: E402
     mxfp8_grouped_mm_wgrad,
 )
 from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
+from benchmarks.cuda_timing import interleaved_ms  # noqa: E402
 
 SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
 E, TPE = 8, 8192
@@ -55,6 +62,7 @@ F8 = torch.float8_e4m3fn
 # name: (block, weight tile, x^T tile for wgrad, backend, CUTLASS schedule)
 OURS = {"mx128_triton": (128, 128, 128, "triton", None), "mx32_triton": (32, 128, 128, "triton", None),
         "mx32_gluon": (32, 128, 128, "gluon", None),
+        "mx128_cutlass": (128, 128, 128, "cutlass", None),
         "mx128_cutlass_coop": (128, 128, 128, "cutlass", "cooperative"),
         "mx128_cutlass_pp": (128, 128, 128, "cutlass", "pingpong")}
 SCHED_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
@@ -72,7 +80,7 @@ def with_schedule(fn, sched):
         finally:
             os.environ.pop(SCHED_ENV, None)
     return run
-REP = 100
+ROUNDS = 50
 
 
 def routings(M):
@@ -83,14 +91,26 @@ def routings(M):
     return {"even": [TPE] * E, "skewed": [4 * TPE, 0] + six}
 
 
-def bench(fns):
-    from triton.testing import do_bench
-    state = {"i": 0}
+PASSES = ("fprop", "dgrad", "wgrad")
+TIMES: dict = {}  # variant -> ms of the pass timed last (timed() fills it; ratios read the baselines from it)
 
-    def step():
-        state["i"] ^= 1
-        return fns[state["i"]]()
-    return do_bench(step, warmup=25, rep=REP, return_mode="median")
+
+def timed(fns, rec, shape, rname, pass_):
+    """{variant: (median ms, IQR / median)} of fns {variant: [callables]}, all timed together: one warm-up call
+    each (a variant that raises is recorded as an error row and left out), then ROUNDS round-robin rounds."""
+    ok = {}
+    for v, calls in fns.items():
+        try:
+            for c in calls:
+                c()
+            torch.cuda.synchronize()
+            ok[v] = calls
+        except Exception as e:  # record and go on
+            rec(shape=shape, routing=rname, pass_=pass_, variant=v, error=repr(e)[:400])
+    res = interleaved_ms(ok, ROUNDS) if ok else {}
+    TIMES.clear()
+    TIMES.update({v: ms for v, (ms, _) in res.items()})
+    return res
 
 
 def rel(out, ref):
@@ -139,13 +159,14 @@ def cublas_blockwise_calls(a_list, b_list, b_is_tile):
 
 
 def main():
-    global REP
+    global ROUNDS
     ap = argparse.ArgumentParser()
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--routings", default="even,skewed")
     ap.add_argument("--no-op", action="store_true")
     ap.add_argument("--no-cublas", action="store_true")
-    ap.add_argument("--rep", type=int, default=REP)
+    ap.add_argument("--rounds", type=int, default=ROUNDS,
+                    help="round-robin rounds per pass (every variant called once per round)")
     ap.add_argument("--ours", default=",".join(OURS),
                     help=f"which of our kernel variants to time (default all: {','.join(OURS)})")
     ap.add_argument("--ops", default="", help="comma list of op rows to time (default all; see the docstring)")
@@ -167,7 +188,7 @@ def main():
             except ValueError as e:
                 raise SystemExit(str(e))
             ours[f"cutlass[{cfg}]"] = (128, 128, 128, "cutlass", cfg)
-    REP = args.rep
+    ROUNDS = args.rounds
     dev = "cuda"
     torch.manual_seed(0)
     M = E * TPE
@@ -180,7 +201,9 @@ def main():
         vers["torchao"] = None
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC"), **vers, "command": "python " + " ".join(sys.argv), "experts": E,
-        "tokens_per_expert": TPE, "timing": f"triton.testing.do_bench median, rep={REP} ms"}
+        "tokens_per_expert": TPE,
+        "timing": f"round-robin over the variants of a pass (benchmarks/cuda_timing.interleaved_ms), {ROUNDS} "
+                  f"rounds, CUDA events per call, median; iqr = interquartile range / median"}
     print(json.dumps(meta), flush=True)
 
     def rec(**kw):
@@ -197,69 +220,44 @@ def main():
         for rname in args.routings.split(","):
             sizes = routings(M)[rname]
             offs = torch.tensor(sizes, device=dev).cumsum(0).to(torch.int32)
-            base = {}
-
-            def put(p, v, ms, **extra):
-                r = dict(shape=shape, routing=rname, pass_=p, variant=v, ms=round(ms, 4),
-                         TFLOPs=round(flops / ms / 1e9, 1), **extra)
-                for b in ("bf16", "fp8_rowwise"):
-                    if (p, b) in base and v != b:
-                        r["vs_" + b] = round(base[(p, b)] / ms, 3)
-                rec(**r)
-
-            def attempt(p, v, fn, **extra):
-                try:
-                    ms = fn()
-                    if v in ("bf16", "fp8_rowwise"):
-                        base[(p, v)] = ms
-                    put(p, v, ms, **extra)
-                except Exception as e:  # record and go on
-                    rec(shape=shape, routing=rname, pass_=p, variant=v, error=repr(e)[:400])
+            kern = {p: {} for p in PASSES}  # pass -> variant -> [callable per input set]
+            extras = {}  # (pass, variant) -> extra fields of its row
 
             # ---- bf16 grouped
-            attempt("fprop", "bf16", lambda: bench([lambda s=s: torch._grouped_mm(s[0], w.transpose(-2, -1),
-                                                                                   offs=offs) for s in sets]))
-            attempt("dgrad", "bf16", lambda: bench([lambda s=s: torch._grouped_mm(s[1], w, offs=offs) for s in sets]))
-            attempt("wgrad", "bf16", lambda: bench([lambda s=s: torch._grouped_mm(s[1].t(), s[0], offs=offs)
-                                                    for s in sets]))
+            kern["fprop"]["bf16"] = [lambda s=s: torch._grouped_mm(s[0], w.transpose(-2, -1), offs=offs)
+                                     for s in sets]
+            kern["dgrad"]["bf16"] = [lambda s=s: torch._grouped_mm(s[1], w, offs=offs) for s in sets]
+            kern["wgrad"]["bf16"] = [lambda s=s: torch._grouped_mm(s[1].t(), s[0], offs=offs) for s in sets]
             # ---- fp8 rowwise (torch._scaled_grouped_mm)
             f8 = [(s[0].to(F8), s[1].to(F8), s[0].t().contiguous().to(F8), s[1].t().contiguous().to(F8))
                   for s in sets]
             w8 = w.to(F8)
             wt8 = w.transpose(1, 2).contiguous().to(F8)
             one = lambda n: torch.ones(n, device=dev, dtype=torch.float32)  # noqa: E731
-            attempt("fprop", "fp8_rowwise", lambda: bench([lambda q=q: torch._scaled_grouped_mm(
+            kern["fprop"]["fp8_rowwise"] = [lambda q=q: torch._scaled_grouped_mm(
                 q[0], w8.transpose(-2, -1), one(M), one(E * N).view(E, N), offs=offs, out_dtype=torch.bfloat16)
-                for q in f8]))
-            attempt("dgrad", "fp8_rowwise", lambda: bench([lambda q=q: torch._scaled_grouped_mm(
+                for q in f8]
+            kern["dgrad"]["fp8_rowwise"] = [lambda q=q: torch._scaled_grouped_mm(
                 q[1], wt8.transpose(-2, -1), one(M), one(E * K).view(E, K), offs=offs, out_dtype=torch.bfloat16)
-                for q in f8]))
-            attempt("wgrad", "fp8_rowwise", lambda: bench([lambda q=q: torch._scaled_grouped_mm(
-                q[3], q[2].t(), one(N * E), one(K * E), offs=offs, out_dtype=torch.bfloat16) for q in f8]))
+                for q in f8]
+            kern["wgrad"]["fp8_rowwise"] = [lambda q=q: torch._scaled_grouped_mm(
+                q[3], q[2].t(), one(N * E), one(K * E), offs=offs, out_dtype=torch.bfloat16) for q in f8]
             # ---- cuBLAS dense blockwise, one call per expert
             if not args.no_cublas:
                 bounds = [(int(a), int(b)) for a, b in zip([0] + offs.tolist()[:-1], offs.tolist())]
-                cb = {}
                 for q in f8:
-                    cb.setdefault("fprop", []).append(cublas_blockwise_calls(
+                    kern["fprop"].setdefault("cublas_blockwise", []).append(cublas_blockwise_calls(
                         [q[0][s:t] for s, t in bounds], [w8[e] for e in range(E)], True))
-                    cb.setdefault("dgrad", []).append(cublas_blockwise_calls(
+                    kern["dgrad"].setdefault("cublas_blockwise", []).append(cublas_blockwise_calls(
                         [q[1][s:t] for s, t in bounds], [wt8[e] for e in range(E)], True))
-                    cb.setdefault("wgrad", []).append(cublas_blockwise_calls(
+                    kern["wgrad"].setdefault("cublas_blockwise", []).append(cublas_blockwise_calls(
                         [q[3][:, s:t].contiguous() for s, t in bounds],
                         [q[2][:, s:t].contiguous() for s, t in bounds], False))
-                for p in ("fprop", "dgrad", "wgrad"):
-                    attempt(p, "cublas_blockwise", lambda p=p: bench(cb[p]))
-                del cb
-            del f8, w8, wt8
-            torch.cuda.empty_cache()
-            # ---- ours
+            # ---- ours (operands quantized once per block layout; all kept, as every variant is timed together)
             outs, operands = {}, {}
             for vname, (block, wtile, xtile, backend, sched) in ours.items():
                 try:
-                    if (block, wtile, xtile) not in operands:  # quantized once per block layout
-                        operands.clear()
-                        torch.cuda.empty_cache()
+                    if (block, wtile, xtile) not in operands:
                         wq = to_mxfp8_blocked(w, -1, block, wtile)
                         wqt = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, block, wtile)
                         qs = [(to_mxfp8_blocked(x, -1, block, 1), to_mxfp8_blocked(dO, -1, block, 1),
@@ -273,10 +271,8 @@ def main():
                     continue
                 kw = dict(validate=False, backend=backend)
 
-                def mk(p, q):
-                    return with_schedule(mk0(p, q), sched)
-
-                def mk0(p, q):
+                def mk0(p, q, wq=wq, wn_data=wn_data, wn_scale=wn_scale, block=block, wtile=wtile, xtile=xtile,
+                        kw=kw):
                     if p == "fprop":
                         return lambda: mxfp8_grouped_mm_fprop(*q[0], *wq, offs, block=block, w_tile=wtile, **kw)
                     if p == "dgrad":
@@ -284,24 +280,34 @@ def main():
                                                               w_tile=wtile, **kw)
                     return lambda: mxfp8_grouped_mm_wgrad(*q[2], *q[3], offs, block=block, a_tile=xtile,
                                                           token_align=128, **kw)
-                for p in ("fprop", "dgrad", "wgrad"):
-                    extra = {}
+                for p in PASSES:
+                    fns = [with_schedule(mk0(p, q), sched) for q in qs]
                     try:
-                        out = mk(p, qs[0])()
+                        out = fns[0]()
                         torch.cuda.synchronize()
-                        if vname.startswith(("mx128", "cutlass[")):  # vs the first mx128 variant timed
+                        if vname.startswith(("mx128", "cutlass[")):  # vs the first mx128 variant
                             if (p, "mx128") in outs:
                                 ref_name, ref = outs[(p, "mx128")]
-                                extra["rel_vs"] = float(f"{rel(out, ref):.3g}")
-                                extra["rel_ref"] = ref_name
+                                extras[(p, vname)] = {"rel_vs": float(f"{rel(out, ref):.3g}"), "rel_ref": ref_name}
                             else:
                                 outs[(p, "mx128")] = (vname, out)
                         del out
                     except Exception as e:
                         rec(shape=shape, routing=rname, pass_=p, variant=vname, error=repr(e)[:400])
                         continue
-                    attempt(p, vname, lambda p=p: bench([mk(p, q) for q in qs]), **extra)
-            del outs, operands
+                    kern[p][vname] = fns
+            del outs
+            # ---- time each pass: every variant round-robin (benchmarks/cuda_timing.interleaved_ms)
+            for p in PASSES:
+                for v, (ms, iqr) in timed(kern[p], rec, shape, rname, p).items():
+                    r = dict(shape=shape, routing=rname, pass_=p, variant=v, ms=round(ms, 4),
+                             TFLOPs=round(flops / ms / 1e9, 1), iqr=round(iqr, 3))
+                    for b in ("bf16", "fp8_rowwise"):
+                        if b in kern[p] and v != b and b in TIMES:
+                            r["vs_" + b] = round(TIMES[b] / ms, 3)
+                    r.update(extras.get((p, v), {}))
+                    rec(**r)
+            del kern, f8, w8, wt8, operands
             torch.cuda.empty_cache()
             if not args.no_op:
                 op_rows(rec, experts, shape, rname, sizes, K, N, args.ops)
@@ -328,6 +334,7 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
         rec(shape=shape, routing=rname, pass_="fwd+bwd", variant="torchao_fp8_rowwise", error=repr(e)[:300])
     mm = experts.mxfp8_grouped_mm
     ops["op_mx128_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx128", backend="triton")
+    ops["op_mx128_cutlass"] = lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128)
     for sched, tag in (("cooperative", "coop"), ("pingpong", "pp")):
         ops[f"op_mx128_cutlass_{tag}"] = with_schedule(
             lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), sched)
@@ -338,23 +345,19 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
         if unknown:
             raise SystemExit(f"--ops: {sorted(unknown)} unknown; allowed: {', '.join(ops)}")
         ops = {k: v for k, v in ops.items() if k in only.split(",") or k == "bf16"}
-    base = {}
+    runs = {}
     for name, fn in ops.items():
         def run(fn=fn):
             x.grad = w.grad = None
             fn(x, w, offs).backward(go)
-        try:
-            run()
-            ms = bench([run, run])
-            base.setdefault(name, ms)
-            r = dict(shape=shape, routing=rname, pass_="fwd+bwd", variant=name, ms=round(ms, 4),
-                     TFLOPs=round(flops / ms / 1e9, 1))
-            for b in ("bf16", "torchao_fp8_rowwise"):
-                if b in base and b != name:
-                    r["vs_" + b] = round(base[b] / ms, 3)
-            rec(**r)
-        except Exception as e:
-            rec(shape=shape, routing=rname, pass_="fwd+bwd", variant=name, error=repr(e)[:400])
+        runs[name] = [run]
+    for name, (ms, iqr) in timed(runs, rec, shape, rname, "fwd+bwd").items():
+        r = dict(shape=shape, routing=rname, pass_="fwd+bwd", variant=name, ms=round(ms, 4),
+                 TFLOPs=round(flops / ms / 1e9, 1), iqr=round(iqr, 3))
+        for b in ("bf16", "torchao_fp8_rowwise"):
+            if b in TIMES and b != name:
+                r["vs_" + b] = round(TIMES[b] / ms, 3)
+        rec(**r)
     del x, w, go
     torch.cuda.empty_cache()
 
@@ -363,14 +366,14 @@ def print_table(meta, rows, secs):
     print(f"\nMXFP8 grouped GEMM backends, {meta['device']}, torch {meta['torch']}, triton {meta['triton']}, "
           f"torchao {meta['torchao']}, E={E}, {TPE} tokens/expert, {secs:.0f}s")
     print(f"{'shape':10s} {'routing':7s} {'pass':7s} {'variant':44s} {'ms':>8s} {'TFLOP/s':>8s} {'vs bf16':>8s} "
-          f"{'vs fp8rw':>8s} {'vs torchao':>10s} {'rel':>8s}")
+          f"{'vs fp8rw':>8s} {'vs torchao':>10s} {'rel':>8s} {'iqr':>6s}")
     for r in rows:
         if "error" in r:
             print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} ERROR {r['error'][:90]}")
             continue
         print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} {r['ms']:8.3f} "
               f"{r['TFLOPs']:8.1f} {r.get('vs_bf16', ''):>8} {r.get('vs_fp8_rowwise', ''):>8} "
-              f"{r.get('vs_torchao_fp8_rowwise', ''):>10} {r.get('rel_vs', ''):>8}")
+              f"{r.get('vs_torchao_fp8_rowwise', ''):>10} {r.get('rel_vs', ''):>8} {r.get('iqr', ''):>6}")
 
 
 def write_json(meta, rows):

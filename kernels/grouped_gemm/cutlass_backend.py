@@ -31,17 +31,22 @@ import shutil
 import torch
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90")
-_KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3}
-_KERNEL_TU = {"cooperative": "coop", "pingpong": "pp", "cooperative_2x1": "coop2x1", "cooperative_1x1": "coop1x1"}
+_KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3, "cooperative_lpt": 4}
+_KERNEL_TU = {"cooperative": "coop", "pingpong": "pp", "cooperative_2x1": "coop2x1", "cooperative_1x1": "coop1x1",
+              "cooperative_lpt": "cooplpt"}
 SOURCES = ("bindings.cpp",) + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in _KERNEL_TU.values()
                                     for dt in ("bf16", "f32"))
-HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h")
+HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h", "lpt_group_scheduler.h")
 INSTALL_HINT = "pip install nvidia-cutlass==4.2.0.0"
 GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x128 tiles)
 # CUTLASS kernel configuration per pass: "<kernel>[:along_m|:along_n][:swizzle=S]".
 #   kernel (cutlass_sm90/grouped_problem.h): "cooperative" = 128x128x128 tiles, both consumer warpgroups on one
 #     tile, cluster 1x2; "pingpong" = 64x128x128 tiles, warpgroups alternate so epilogues overlap mainloops;
 #     "cooperative_2x1" / "cooperative_1x1" = cooperative with a 2x1 cluster (weight tiles multicast) / none;
+#     "cooperative_lpt" = cooperative, cluster 1x2, with a dynamic tile scheduler (cutlass_sm90/
+#     lpt_group_scheduler.h): wgrad groups longest token count first, every tile after the first wave taken from
+#     a global ticket counter by the first cluster free, so one long expert no longer leaves a static share of
+#     long tiles on a few CTAs;
 #   along_m / along_n: the order in which the persistent scheduler walks a group's output tiles. Left out: along
 #     the dimension with FEWER tiles per group (along N when a group's output has more 128-row tiles than
 #     128-column tiles), so each wave of CTAs re-reads the smaller operand (the one the long side walks)
@@ -52,7 +57,9 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 #   swizzle=S (1, 2, 4, 8): tiles visited in runs of S.
 # The configuration is read at call time (inside the custom ops), so $TITAN_FP8_CUTLASS_SCHEDULE also reaches
 # graphs torch.compile already traced; it overrides SCHEDULES (see schedule_id).
-SCHEDULES = {"fprop": "cooperative", "dgrad": "cooperative", "wgrad": "cooperative"}
+# wgrad: cooperative_lpt, as a tile there costs its group's token count (uneven routing); fprop/dgrad tiles all
+# reduce over the same K, where the static order is balanced already.
+SCHEDULES = {"fprop": "cooperative", "dgrad": "cooperative", "wgrad": "cooperative_lpt"}
 _ALONG_N_BIT = 1 << 4
 
 

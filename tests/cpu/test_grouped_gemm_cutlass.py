@@ -170,6 +170,7 @@ def test_config_string_packs_kernel_raster_and_swizzle():
     # the bit layout bindings.cpp's launch() unpacks: bits 0-3 kernel, bit 4 along N, bits 8-11 log2 swizzle
     assert cb.config_id("cooperative") == 0
     assert cb.config_id("cooperative_1x1") == 3
+    assert cb.config_id("cooperative_lpt") == 4
     assert cb.config_id("cooperative_2x1:along_n") == 2 | 16
     assert cb.config_id("pingpong:swizzle=8") == 1 | (3 << 8)
     assert cb.config_id("cooperative:along_n:swizzle=2") == 16 | (1 << 8)

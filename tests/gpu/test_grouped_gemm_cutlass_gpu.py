@@ -35,7 +35,8 @@ def compare_with_nan(out, ref, tol):
     assert rel(out[rows].float(), ref[rows]) < tol
 
 
-@pytest.fixture(params=["cooperative", "pingpong", "cooperative_2x1:along_n", "cooperative_1x1:swizzle=4"])
+@pytest.fixture(params=["cooperative", "pingpong", "cooperative_2x1:along_n", "cooperative_1x1:swizzle=4",
+                        "cooperative_lpt"])
 def schedule(request, monkeypatch):
     """Every CUTLASS kernel, and the scheduler options (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", request.param)
@@ -175,6 +176,36 @@ def test_wgrad_cutlass(ext, schedule, sizes):
     out16 = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, block=128, a_tile=128, backend="cutlass")
     assert out16.dtype == torch.bfloat16
     assert torch.equal(torch.nan_to_num(out16.float()), torch.nan_to_num(out.bfloat16().float()))
+
+
+def test_wgrad_lpt_scheduler_matches_static_bit_for_bit(ext, monkeypatch):
+    """The dynamic ticket scheduler (cooperative_lpt) only changes which CTA computes a tile, never the tile's
+    sums: its dW equals the static cooperative kernel's bit for bit. 48 uneven groups (empty ones, one 16x the
+    others) make ~6000 tiles, over 32 tickets per cluster, so each cluster's mailbox ring wraps."""
+    from kernels.grouped_gemm import grouped_mm_wgrad_reference, mxfp8_grouped_mm_wgrad
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    g = torch.Generator().manual_seed(5)
+    sizes = (torch.randint(0, 9, (48,), generator=g) * 128).tolist()
+    sizes[3], sizes[10], sizes[40] = 0, 16 * 128 * 4, 128
+    K, N = 2048, 1024
+    offs = offs_of(sizes)
+    M = sum(sizes)
+    torch.manual_seed(5)
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    do = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    xt, xs = to_mxfp8_blocked(x.t(), -1, 128, 128)
+    dt, ds = to_mxfp8_blocked(do.t(), -1, 128, 1)
+    outs = {}
+    for sched in ("cooperative", "cooperative_lpt"):
+        monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"wgrad={sched}")
+        poison_allocator(len(sizes) * N * K * 2)
+        outs[sched] = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, block=128, a_tile=128,
+                                             backend="cutlass")
+    assert torch.equal(outs["cooperative"].view(torch.int16), outs["cooperative_lpt"].view(torch.int16))
+    ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    assert torch.equal(outs["cooperative_lpt"][3], torch.zeros_like(outs["cooperative_lpt"][3]))
+    assert rel(outs["cooperative_lpt"], ref) < TOL_BF16
+    assert rel(outs["cooperative_lpt"][10], ref[10]) < TOL_BF16  # the long group on its own
 
 
 def test_auto_picks_cutlass_for_mx128(ext):

@@ -26,12 +26,14 @@ constexpr ScratchFn kScratch[titan_mx::kNumSchedules][2] = {
     {titan_mx::scratch_bytes_bf16_coop, titan_mx::scratch_bytes_f32_coop},
     {titan_mx::scratch_bytes_bf16_pp, titan_mx::scratch_bytes_f32_pp},
     {titan_mx::scratch_bytes_bf16_coop2x1, titan_mx::scratch_bytes_f32_coop2x1},
-    {titan_mx::scratch_bytes_bf16_coop1x1, titan_mx::scratch_bytes_f32_coop1x1}};
+    {titan_mx::scratch_bytes_bf16_coop1x1, titan_mx::scratch_bytes_f32_coop1x1},
+    {titan_mx::scratch_bytes_bf16_cooplpt, titan_mx::scratch_bytes_f32_cooplpt}};
 constexpr RunFn kRun[titan_mx::kNumSchedules][2] = {
     {titan_mx::run_bf16_coop, titan_mx::run_f32_coop},
     {titan_mx::run_bf16_pp, titan_mx::run_f32_pp},
     {titan_mx::run_bf16_coop2x1, titan_mx::run_f32_coop2x1},
-    {titan_mx::run_bf16_coop1x1, titan_mx::run_f32_coop1x1}};
+    {titan_mx::run_bf16_coop1x1, titan_mx::run_f32_coop1x1},
+    {titan_mx::run_bf16_cooplpt, titan_mx::run_f32_cooplpt}};
 
 // config (kernels/grouped_gemm/cutlass_backend.py packs it): bits 0-3 the Schedule, bit 4 raster along N,
 // bits 8-11 log2 of the tile swizzle.

@@ -40,6 +40,8 @@
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
 #include "cutlass/detail/blockwise_scale_layout.hpp"
 
+#include "lpt_group_scheduler.h"
+
 namespace titan_mx {
 
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -128,41 +130,56 @@ __global__ void zero_empty_groups_kernel(GroupedProblem p) {
     for (int64_t c = threadIdx.x; c < p.C; c += blockDim.x) out[r * p.ldo + c] = T(0);
 }
 
-// Per-group CUTLASS arguments. One thread per group.
+// Per-group CUTLASS arguments. One thread per group. With lpt (kernel "cooperative_lpt", kRed) group e's arguments
+// go to slot rank(e) = the number of groups with more tokens (ties: lower index first), so CUTLASS walks the
+// groups longest reduction first (lpt_group_scheduler.h); the same launch zeroes that scheduler's workspace.
 template <class Shape3, class EA, class EB, class ED, class SA, class SB, class SD>
 __global__ void build_args_kernel(GroupedProblem p, const float* sfa, const float* sfb, int64_t cb_n,
                                   Shape3* shapes, const EA** pa, const EB** pb, ED** pd, const float** psfa,
-                                  const float** psfb, SA* sta, SB* stb, SD* std_) {
+                                  const float** psfb, SA* sta, SB* stb, SD* std_, bool lpt,
+                                  unsigned long long* sched_ws, int64_t sched_ws_words) {
   int e = blockIdx.x * blockDim.x + threadIdx.x;
+  for (int64_t i = e; i < sched_ws_words; i += int64_t(gridDim.x) * blockDim.x) sched_ws[i] = 0;
   if (e >= p.groups) return;
+  auto len = [&](int g) {
+    int64_t n = p.offs[g] - (g ? p.offs[g - 1] : 0);
+    return n < 0 ? int64_t(0) : n;  // malformed offs: no work rather than a wild pointer (the caller validates offs)
+  };
   int64_t start = e ? p.offs[e - 1] : 0;
-  int64_t n = p.offs[e] - start;
-  if (n < 0) n = 0;  // malformed offs: no work rather than a wild pointer (the caller validates offs)
+  int64_t n = len(e);
+  int slot = e;
+  if (lpt && p.mode == kRed) {
+    slot = 0;
+    for (int g = 0; g < p.groups; ++g) {
+      int64_t ng = len(g);
+      slot += (ng > n) || (ng == n && g < e);
+    }
+  }
   const EA* a = static_cast<const EA*>(p.a);
   const EB* b = static_cast<const EB*>(p.b);
   ED* out = static_cast<ED*>(p.out);
   if (p.mode == kRows) {
     int64_t rb = p.R / 128;
-    shapes[e] = cute::make_shape(int(n), int(p.C), int(p.R));
-    pa[e] = a + start * p.lda;
-    pb[e] = b + e * p.b_group_stride;
-    pd[e] = out + start * p.ldo;
-    psfa[e] = sfa + rb * start;
-    psfb[e] = sfb + int64_t(e) * rb * cb_n;
+    shapes[slot] = cute::make_shape(int(n), int(p.C), int(p.R));
+    pa[slot] = a + start * p.lda;
+    pb[slot] = b + e * p.b_group_stride;
+    pd[slot] = out + start * p.ldo;
+    psfa[slot] = sfa + rb * start;
+    psfb[slot] = sfb + int64_t(e) * rb * cb_n;
   } else {
-    shapes[e] = cute::make_shape(n > 0 ? int(p.rows) : 0, int(p.C), int(n));
-    pa[e] = a + start;
-    pb[e] = b + start;
-    pd[e] = out + e * p.out_group_stride;
-    psfa[e] = sfa + (start / 128) * p.rows;
-    psfb[e] = sfb + (start / 128) * cb_n;
+    shapes[slot] = cute::make_shape(n > 0 ? int(p.rows) : 0, int(p.C), int(n));
+    pa[slot] = a + start;
+    pb[slot] = b + start;
+    pd[slot] = out + e * p.out_group_stride;
+    psfa[slot] = sfa + (start / 128) * p.rows;
+    psfb[slot] = sfb + (start / 128) * cb_n;
   }
-  sta[e] = SA{};
-  cute::get<0>(sta[e]) = p.lda;
-  stb[e] = SB{};
-  cute::get<0>(stb[e]) = p.ldb;
-  std_[e] = SD{};
-  cute::get<0>(std_[e]) = p.ldo;
+  sta[slot] = SA{};
+  cute::get<0>(sta[slot]) = p.lda;
+  stb[slot] = SB{};
+  cute::get<0>(stb[slot]) = p.ldb;
+  std_[slot] = SD{};
+  cute::get<0>(std_[slot]) = p.ldo;
 }
 
 // ------------------------------------------------------------------------------------------------ the GEMM
@@ -170,7 +187,10 @@ __global__ void build_args_kernel(GroupedProblem p, const float* sfa, const floa
 
 template <class ElementD, int Sched>
 struct BlockwiseGrouped {
-  using ProblemShape = cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>;
+  static constexpr bool kLpt = Sched == kCoopLpt;
+  // LptGroupProblemShape selects lpt_group_scheduler.h's dynamic scheduler; it is a GroupProblemShape otherwise
+  using ProblemShape = cute::conditional_t<kLpt, LptGroupProblemShape,
+                                           cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>;
   using ElementA = cutlass::float_e4m3_t;
   using ElementB = cutlass::float_e4m3_t;
   using LayoutA = cutlass::layout::RowMajor;     // A [rows, red], red contiguous
@@ -218,11 +238,11 @@ struct BlockwiseGrouped {
 
   // Scratch: fp32 scales, per-group argument arrays, CUTLASS's workspace (TMA descriptors per SM).
   struct Carve {
-    size_t sfa, sfb, shapes, pa, pb, pd, psfa, psfb, sta, stb, std_, ws, total;
-    int64_t sfa_n, sfb_n, cb_n, tb_n;
+    size_t sfa, sfb, shapes, pa, pb, pd, psfa, psfb, sta, stb, std_, sched, ws, total;
+    int64_t sfa_n, sfb_n, cb_n, tb_n, sched_words;
   };
 
-  static Carve carve(const GroupedProblem& p, size_t ws_bytes) {
+  static Carve carve(const GroupedProblem& p, size_t ws_bytes, int sm_count) {
     Carve c{};
     int E = p.groups;
     c.cb_n = cdiv(p.C, 128);
@@ -246,6 +266,8 @@ struct BlockwiseGrouped {
     c.sta = o; o = align_up(o + sizeof(StrideA) * E);
     c.stb = o; o = align_up(o + sizeof(StrideB) * E);
     c.std_ = o; o = align_up(o + sizeof(StrideD) * E);
+    c.sched_words = kLpt ? int64_t(lpt_workspace_words(sm_count)) : 0;
+    c.sched = o; o = align_up(o + sizeof(unsigned long long) * size_t(c.sched_words));
     c.ws = o; o = align_up(o + ws_bytes);
     c.total = o;
     return c;
@@ -255,9 +277,13 @@ struct BlockwiseGrouped {
     cutlass::KernelHardwareInfo hw;
     cudaGetDevice(&hw.device_id);
     hw.sm_count = sm_count;
+    ProblemShape shapes;
+    shapes.num_groups = p.groups;
+    shapes.problem_shapes = reinterpret_cast<Shape3*>(base + c.shapes);
+    shapes.host_problem_shapes = nullptr;
     typename Gemm::Arguments args{
         cutlass::gemm::GemmUniversalMode::kGrouped,
-        {p.groups, reinterpret_cast<Shape3*>(base + c.shapes), nullptr},
+        shapes,
         {reinterpret_cast<const ElementA**>(base + c.pa), reinterpret_cast<StrideA*>(base + c.sta),
          reinterpret_cast<const ElementB**>(base + c.pb), reinterpret_cast<StrideB*>(base + c.stb),
          reinterpret_cast<const float**>(base + c.psfa), nullptr,
@@ -267,6 +293,7 @@ struct BlockwiseGrouped {
     using RasterOrder = decltype(args.scheduler.raster_order);
     args.scheduler.raster_order = p.raster_along_n ? RasterOrder::AlongN : RasterOrder::AlongM;
     args.scheduler.max_swizzle_size = p.max_swizzle;
+    if constexpr (kLpt) args.scheduler.workspace = reinterpret_cast<unsigned long long*>(base + c.sched);
     auto& fusion = args.epilogue.thread;
     fusion.alpha = 1.0f;
     fusion.beta = 0.0f;
@@ -280,10 +307,10 @@ struct BlockwiseGrouped {
   }
 
   static size_t scratch_bytes(const GroupedProblem& p, int sm_count) {
-    Carve c0 = carve(p, 0);
+    Carve c0 = carve(p, 0, sm_count);
     auto args = arguments(p, nullptr, c0, sm_count);
     size_t ws = Gemm::get_workspace_size(args);
-    return carve(p, ws).total;
+    return carve(p, ws, sm_count).total;
   }
 
   // Returns nullptr on success, else a message (static storage).
@@ -291,9 +318,9 @@ struct BlockwiseGrouped {
                          cudaStream_t stream) {
     static thread_local char msg[256];
     if (p.groups <= 0) return nullptr;
-    Carve c0 = carve(p, 0);
+    Carve c0 = carve(p, 0, sm_count);
     size_t ws = Gemm::get_workspace_size(arguments(p, nullptr, c0, sm_count));
-    Carve c = carve(p, ws);
+    Carve c = carve(p, ws, sm_count);
     if (scratch_size < c.total) {
       snprintf(msg, sizeof msg, "scratch of %zu bytes < %zu needed", scratch_size, c.total);
       return msg;
@@ -322,7 +349,8 @@ struct BlockwiseGrouped {
             reinterpret_cast<const ElementA**>(base + c.pa), reinterpret_cast<const ElementB**>(base + c.pb),
             reinterpret_cast<ElementD**>(base + c.pd), reinterpret_cast<const float**>(base + c.psfa),
             reinterpret_cast<const float**>(base + c.psfb), reinterpret_cast<StrideA*>(base + c.sta),
-            reinterpret_cast<StrideB*>(base + c.stb), reinterpret_cast<StrideD*>(base + c.std_));
+            reinterpret_cast<StrideB*>(base + c.stb), reinterpret_cast<StrideD*>(base + c.std_), kLpt,
+            reinterpret_cast<unsigned long long*>(base + c.sched), c.sched_words);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
       snprintf(msg, sizeof msg, "prep kernels: %s", cudaGetErrorString(err));

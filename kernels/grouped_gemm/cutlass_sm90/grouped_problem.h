@@ -39,10 +39,13 @@ struct GroupedProblem {
 //                 other's mainloop, cluster 1x2
 //   kCoop2x1      cooperative, cluster 2x1 (B multicast: two M tiles of one group share each weight tile load)
 //   kCoop1x1      cooperative, no cluster
+//   kCoopLpt      cooperative, cluster 1x2, dynamic tile scheduler (lpt_group_scheduler.h): groups longest
+//                 reduction first (kRed), tiles after the first wave from a global ticket counter; for wgrad,
+//                 where a tile costs its group's token count
 // Larger tiles do not fit: the blockwise mainloop keeps two fp32 accumulators (the running sum and the partial of
 // the current 128 of the reduction), so a 64x256 or 128x128 tile per warpgroup needs 256 registers a thread.
-enum Schedule : int { kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3 };
-constexpr int kNumSchedules = 4;
+enum Schedule : int { kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4 };
+constexpr int kNumSchedules = 5;
 
 #define TITAN_MX_DECLARE(DT, SCHED)                                                                   \
   size_t scratch_bytes_##DT##_##SCHED(const GroupedProblem& p, int sm_count);                         \
@@ -52,6 +55,7 @@ TITAN_MX_DECLARE(bf16, coop) TITAN_MX_DECLARE(f32, coop)
 TITAN_MX_DECLARE(bf16, pp) TITAN_MX_DECLARE(f32, pp)
 TITAN_MX_DECLARE(bf16, coop2x1) TITAN_MX_DECLARE(f32, coop2x1)
 TITAN_MX_DECLARE(bf16, coop1x1) TITAN_MX_DECLARE(f32, coop1x1)
+TITAN_MX_DECLARE(bf16, cooplpt) TITAN_MX_DECLARE(f32, cooplpt)
 #undef TITAN_MX_DECLARE
 
 }  // namespace titan_mx

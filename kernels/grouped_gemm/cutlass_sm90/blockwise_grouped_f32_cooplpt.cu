@@ -1,0 +1,4 @@
+// fp32 output, the cooperative_lpt kernel (grouped_problem.h, lpt_group_scheduler.h); one pair per translation unit.
+#include "blockwise_grouped.cuh"
+
+TITAN_MX_INSTANTIATE(f32, float, cooplpt, titan_mx::kCoopLpt)
