@@ -7,7 +7,9 @@ bf16 torch._grouped_mm, all in the same run, at MoE expert shapes.
 mx32 = plain 1x32 E8M0 scales on activations/gradients along the reduction axis, weights in 128x128 tiles, x^T
 (wgrad) in 128-row tiles: the promotion factor is a per-row vector, applied after every 32 of the reduction.
 E = 8 experts x 8192 tokens, (K, N) as in benchmarks/mxfp8_grouped_gemm.py. Kernel time only (quantization
-excluded), triton.testing.do_bench median over two rotating input sets. Each Gluon config's output is compared
+excluded), every variant of a pass timed round-robin (benchmarks/cuda_timing.interleaved_ms: one clock state for
+all; alone at an H100's power cap the Gluon kernels run ~12% higher clocks than amid others, session 15), two
+rotating input sets. Each Gluon config's output is compared
 with the float64 reference (default config) or with the default config's output (the others).
 Writes mxfp8_grouped_gemm_gluon-<device>-<date>.json to $OUT or benchmarks/results/.
 """
@@ -25,6 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mxfp8_grouped_gemm import SHAPES, E, TPE, rel, routings  # noqa: E402
+from cuda_timing import interleaved_ms  # noqa: E402
 
 from kernels.grouped_gemm import (  # noqa: E402
     grouped_mm_dgrad_reference,
@@ -105,7 +108,8 @@ def main():
     ap.add_argument("--routings", default="even")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--skip-triton", action="store_true", help="leave out the Triton mx32 kernels")
-    ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms)")
+    ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms) of the --op section")
+    ap.add_argument("--rounds", type=int, default=50, help="round-robin rounds per pass (kernels)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
     ap.add_argument("--op", default="", help="shapes (comma list) at which to also time the whole autograd op "
                     "titan_fp8.float8.experts.mxfp8_grouped_mm(granularity='mx32') fwd+bwd, quantization included, "
@@ -118,7 +122,8 @@ def main():
         "device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
             "%Y-%m-%d %H:%M UTC"), "torch": torch.__version__, "triton": __import__("triton").__version__,
         "command": "python " + " ".join(sys.argv), "experts": E, "tokens_per_expert": TPE,
-        "timing": f"triton.testing.do_bench median (rep {args.rep} ms), 2 rotating input sets, kernel only",
+        "timing": f"kernels: all variants of a pass round-robin, {args.rounds} rounds, CUDA events per call, median "
+                  f"(benchmarks/cuda_timing.interleaved_ms), 2 rotating input sets; --op: do_bench rep {args.rep} ms",
         "configs": {k: CONFIGS[k] for k in args.configs.split(",")},
     }
     print(json.dumps(meta), flush=True)
@@ -180,7 +185,7 @@ def main():
                 "wgrad": lambda: grouped_mm_wgrad_reference(*q0[2], *q0[3], offs, out_dtype=torch.float64),
             }
             for p in ("fprop", "dgrad", "wgrad"):
-                base_ms, first = None, None
+                first, timed, errs = None, {}, {}
                 for v, fns in calls.items():
                     try:
                         out = fns[p](sets[0])
@@ -195,14 +200,17 @@ def main():
                         if v.startswith("gluon_") and first is None:
                             first = out
                         del out
-                        ms = bench([lambda s=s: fns[p](s) for s in sets], args.rep)
-                        if v == "bf16":
-                            base_ms = ms
-                        rec(shape=shape, routing=rname, pass_=p, variant=v, ms=round(ms, 4),
-                            TFLOPs=round(flops / ms / 1e9, 1), vs_bf16=round(base_ms / ms, 3),
-                            rel_err=None if err is None else float(f"{err:.3g}"))
+                        timed[v] = [lambda s=s, f=fns[p]: f(s) for s in sets]
+                        errs[v] = err
                     except Exception as e:  # record and go on
                         rec(shape=shape, routing=rname, pass_=p, variant=v, error=repr(e)[:300])
+                # every variant of the pass round-robin: the same clocks for all (benchmarks/cuda_timing.py)
+                res = interleaved_ms(timed, args.rounds) if timed else {}
+                for v, (ms, iqr) in res.items():
+                    rec(shape=shape, routing=rname, pass_=p, variant=v, ms=round(ms, 4),
+                        TFLOPs=round(flops / ms / 1e9, 1),
+                        vs_bf16=round(res["bf16"][0] / ms, 3) if "bf16" in res else None, iqr=round(iqr, 3),
+                        rel_err=None if errs[v] is None else float(f"{errs[v]:.3g}"))
                 del first
                 torch.cuda.empty_cache()
         del sets, w, wq, wqt
@@ -222,7 +230,7 @@ def main():
                   f"ERROR {r['error'][:80]}")
             continue
         print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:6s} {r['variant']:16s} {r['TFLOPs']:8.1f} "
-              f"{r['vs_bf16']:8.3f} {'' if r['rel_err'] is None else r['rel_err']:>9}")
+              f"{r['vs_bf16'] or 0:8.3f} {'' if r['rel_err'] is None else r['rel_err']:>9}")
     print("wrote", write_json(meta, rows))
 
 
