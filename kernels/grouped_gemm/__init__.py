@@ -429,8 +429,13 @@ def mxfp8_grouped_mm_fprop(a_data, a_scale, w_data, w_scale, offs, out_dtype=tor
 
 
 def mxfp8_grouped_mm_dgrad(do_data, do_scale, w_data, w_scale, offs, out_dtype=torch.bfloat16, *, block=32,
-                           w_tile=1, validate=True, backend="auto"):
-    """dX[g] = dO[g] @ W[e], W [E, N, K] scaled along N (scale [E, N/32, K]). Returns [M, K] out_dtype."""
+                           w_tile=1, validate=True, backend="auto", out=None, first_group=0):
+    """dX[g] = dO[g] @ W[e], W [E, N, K] scaled along N (scale [E, N/32, K]). Returns [M, K] out_dtype.
+
+    In parts (CUTLASS only): with out ([M, K] bf16) given, W holds the experts first_group .. first_group + E - 1
+    of offs (which has all of them); only those groups' rows of out are written (and out's rows past offs[-1],
+    zeros, by the part with the last expert). The fused MoE backward runs w13's dgrad in two such parts, so only
+    half of the float8 W13^T exists at a time. Returns out."""
     who = "mxfp8_grouped_mm_dgrad"
     _check_pair(who, "do", do_data, do_scale, 2)
     _check_pair(who, "w", w_data, w_scale, 3)
@@ -444,13 +449,34 @@ def mxfp8_grouped_mm_dgrad(do_data, do_scale, w_data, w_scale, offs, out_dtype=t
         _fail(who, f"do_scale.shape is {tuple(do_scale.shape)}; expected {(M, N // 32)} (along N)")
     if tuple(w_scale.shape) != (E, N // 32, K):
         _fail(who, f"w_scale.shape is {tuple(w_scale.shape)}; expected {(E, N // 32, K)} (W scaled along N)")
-    _check_offs(who, offs, E)
+    if out is None and first_group:
+        _fail(who, f"first_group={first_group} needs out= (the full output the part writes into)")
+    if out is not None:
+        if not isinstance(first_group, int) or first_group < 0:
+            _fail(who, f"first_group={first_group!r} must be an int >= 0")
+        _check_offs(who, offs, None)
+        if first_group + E > offs.shape[0]:
+            _fail(who, f"experts {first_group}..{first_group + E - 1} (first_group + w_data's E={E}) are not all "
+                       f"among offs' {offs.shape[0]} groups")
+        if tuple(out.shape) != (M, K) or out.dtype != torch.bfloat16 or out.device != do_data.device:
+            _fail(who, f"out is {tuple(out.shape)} {out.dtype} on {out.device}; expected {(M, K)} torch.bfloat16 "
+                       f"on {do_data.device}")
+        if out_dtype != torch.bfloat16:
+            _fail(who, f"out_dtype={out_dtype} with out=: the CUTLASS dgrad writes bfloat16")
+    else:
+        _check_offs(who, offs, E)
     _check_block(who, block, w_tile, "w_tile")
     if validate:
         _assert_runs_equal(do_scale, 1, block // 32, "do_scale along N")
         _assert_runs_equal(w_scale, 1, block // 32, "w_scale along N")
         _assert_runs_equal(w_scale, 2, w_tile, "w_scale along K")
     choice = pick_backend(who, "dgrad", backend, do_data, block, w_tile, N, K, out_dtype)
+    if out is not None:
+        if choice != "cutlass":
+            _fail(who, f"out= (dgrad in parts of the experts) runs on the CUTLASS kernels only; backend={backend!r} "
+                       f"picked {choice!r}")
+        from . import cutlass_backend
+        return cutlass_backend.dgrad_into(do_data, do_scale, w_data, w_scale, offs, out, first_group)
     if choice == "cutlass":
         from . import cutlass_backend
         return cutlass_backend.dgrad(do_data, do_scale, w_data, w_scale, offs)

@@ -264,13 +264,28 @@ def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tenso
         return out.zero_()
     config = schedule_id(pass_, a.shape[0] / max(offs.shape[0], 1) / GRAN, b.shape[1] / GRAN)
     check_sm_carveout(a)
-    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config)
+    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config, 0)
     return out
 
 
 @_rows_op.register_fake
 def _(a, sa, b, sb, offs, pass_):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
+
+
+@torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_into_cutlass", mutates_args=("out",))
+def _rows_into_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
+                  out: torch.Tensor, first_group: int, pass_: str) -> None:
+    """_rows_op for the experts first_group .. first_group + b.shape[0] - 1 of offs, written into out's rows of
+    those groups (and out's zero rows past offs[-1] when they include the last expert); other rows untouched."""
+    if out.numel() == 0 or offs.numel() == 0:
+        return
+    if a.shape[1] == 0:
+        out.zero_()
+        return
+    config = schedule_id(pass_, a.shape[0] / max(offs.shape[0], 1) / GRAN, b.shape[1] / GRAN)
+    check_sm_carveout(a)
+    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config, first_group)
 
 
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_wgrad_cutlass", mutates_args=())
@@ -305,6 +320,16 @@ def dgrad(do_data, do_scale, w_data, w_scale, offs):
     if wt.stride(-1) != 1:
         wt = wt.contiguous()
     return _rows_op(do, do_scale, wt, w_scale.transpose(1, 2), offs, "dgrad")
+
+
+def dgrad_into(do_data, do_scale, w_data, w_scale, offs, out, first_group):
+    """dgrad of the experts first_group .. first_group + w_data.shape[0] - 1 of offs into out's rows of them."""
+    do = do_data if do_data.stride(-1) == 1 else do_data.contiguous()
+    wt = w_data.transpose(1, 2)
+    if wt.stride(-1) != 1:
+        wt = wt.contiguous()
+    _rows_into_op(do, do_scale, wt, w_scale.transpose(1, 2), offs, out, first_group, "dgrad")
+    return out
 
 
 def wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32):

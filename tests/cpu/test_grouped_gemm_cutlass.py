@@ -199,7 +199,7 @@ def test_config_is_read_when_the_op_runs_not_when_it_is_traced(monkeypatch):
     seen = []
 
     class FakeExt:
-        def grouped_rows(self, a, sa, b, sb, offs, out, config):
+        def grouped_rows(self, a, sa, b, sb, offs, out, config, first_group):
             seen.append(config)
             out.fill_(1.0)
 
@@ -222,3 +222,30 @@ def test_config_is_read_when_the_op_runs_not_when_it_is_traced(monkeypatch):
     sa4 = torch.zeros(4 * rows, R // 32, dtype=torch.uint8)
     cb.fprop(a4, sa4, b, sb, offs * 4)
     assert seen[-1] == 16
+
+
+def test_dgrad_in_parts_errors_name_the_argument():
+    """mxfp8_grouped_mm_dgrad(out=, first_group=) (the fused MoE backward's w13 dgrad in parts of the experts):
+    every misuse is one ValueError naming what is wrong; on a machine without the CUTLASS kernels it says so
+    rather than running another backend that cannot write into out."""
+    import pytest
+    import torch
+    from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    M, N, K, E = 256, 256, 128, 4
+    dd, ds = to_mxfp8_blocked(torch.randn(M, N), -1, 128, 1)
+    wt = to_mxfp8_blocked(torch.randn(E, K, N), -1, 128, 128)
+    wn, wns = wt[0].transpose(1, 2), wt[1].transpose(1, 2)
+    offs = torch.tensor([64, 128, 192, 256], dtype=torch.int32)
+    out = torch.empty(M, K, dtype=torch.bfloat16)
+    kw = dict(block=128, w_tile=128, validate=False)
+    with pytest.raises(ValueError, match="first_group=2 needs out="):
+        mxfp8_grouped_mm_dgrad(dd, ds, wn[2:], wns[2:], offs, first_group=2, **kw)
+    with pytest.raises(ValueError, match=r"experts 3\.\.4 .* not all among offs' 4 groups"):
+        mxfp8_grouped_mm_dgrad(dd, ds, wn[2:], wns[2:], offs, out=out, first_group=3, **kw)
+    with pytest.raises(ValueError, match=r"out is \(256, 128\) torch.float32"):
+        mxfp8_grouped_mm_dgrad(dd, ds, wn[2:], wns[2:], offs, out=out.float(), first_group=2, **kw)
+    with pytest.raises(ValueError, match="first_group=-1"):
+        mxfp8_grouped_mm_dgrad(dd, ds, wn[2:], wns[2:], offs, out=out, first_group=-1, **kw)
+    with pytest.raises(ValueError, match="runs on the CUTLASS kernels only; backend='auto' picked 'triton'"):
+        mxfp8_grouped_mm_dgrad(dd, ds, wn[2:], wns[2:], offs, out=out, first_group=2, **kw)

@@ -101,6 +101,14 @@ def dgrad_case(w, offs, M, N, K):
     assert torch.equal(dx[-PAD:], torch.zeros_like(dx[-PAD:]))
     assert torch.isnan(dx[1000]).all()
     compare_with_nan(dx[:-PAD], refd[:-PAD], TOL_BF16)
+    # in parts of the experts into one (NaN-poisoned) output, as the fused MoE backward runs w13's dgrad: parts
+    # with only an empty group (0 and 7 of AWKWARD) write nothing, the part with the last expert zeroes the tail
+    parts = torch.full_like(dx, float("nan"))
+    for g0, g1 in ((0, 1), (1, 7), (7, 8), (8, len(AWKWARD))):
+        got = mxfp8_grouped_mm_dgrad(dd, ds, wn[g0:g1], wns[g0:g1], offs, block=128, w_tile=128,
+                                     backend="cutlass", out=parts, first_group=g0)
+        assert got is parts
+    assert torch.equal(parts.view(torch.int16), dx.view(torch.int16)), "dgrad in parts differs from one launch"
 
 
 def fprop_operands(sizes, K, N, seed):
@@ -176,6 +184,28 @@ def test_wgrad_cutlass(ext, schedule, sizes):
     out16 = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, block=128, a_tile=128, backend="cutlass")
     assert out16.dtype == torch.bfloat16
     assert torch.equal(torch.nan_to_num(out16.float()), torch.nan_to_num(out.bfloat16().float()))
+
+
+def test_fused_dgrad_in_parts_equals_one_launch(ext):
+    """titan_fp8.float8.experts._dgrad_in_parts_op (w13's dgrad over halves of the experts, each quantizing its
+    own W^T) against the one-launch dgrad on the whole W^T operand: bit for bit, awkward group sizes, padding."""
+    from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+    from titan_fp8.float8.experts import _dgrad_in_parts_op
+    torch.manual_seed(3)
+    sizes = [0, 1, 31, 33, 127, 129, 1000, 0, 2561]  # 9 experts: parts of 4 and 5, and of 3
+    offs = offs_of(sizes)
+    M, N, K = sum(sizes) + PAD, 768, 1024
+    w = torch.randn(len(sizes), N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+    dq, ds = to_mxfp8_blocked_rowcol(torch.randn(M, N, device="cuda", dtype=torch.bfloat16), row_block=128,
+                                     do_col=False)[:2]
+    wtd, wts = to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:]
+    one = mxfp8_grouped_mm_dgrad(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=128, w_tile=128,
+                                 validate=False, backend="cutlass")
+    for parts in (2, 3):
+        poison_allocator(M * K * 2)
+        got = _dgrad_in_parts_op(dq, ds, w, offs, parts)
+        assert torch.equal(got.view(torch.int16), one.view(torch.int16)), f"{parts} parts"
 
 
 def test_wgrad_lpt_scheduler_matches_static_bit_for_bit(ext, monkeypatch):

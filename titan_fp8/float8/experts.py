@@ -508,6 +508,51 @@ def _(w, after):
     return w.new_empty((E, K, N), dtype=torch.float8_e4m3fn), w.new_empty((E, K, N // 32), dtype=torch.uint8)
 
 
+DGRAD_PARTS = 2  # w13's dgrad in this many launches over the experts (see _dgrad_in_parts)
+
+
+@torch.library.custom_op("titan_fp8::mxfp8_dgrad_in_parts", mutates_args=())
+def _dgrad_in_parts_op(dq: Tensor, ds: Tensor, w: Tensor, offs: Tensor, parts: int) -> Tensor:
+    """dx = dq @ w[e] per group, w [E, N, K] bf16, run over the experts in `parts` CUTLASS launches into one
+    output, each with only its experts' float8 W^T (quantized right before, freed right after): the float8 W13^T
+    is the largest transient of the fused backward (176 MiB at llama_moe, which put the mx128 layer's peak over
+    bf16's), and one op around the parts keeps the compiled graph from holding them all at once."""
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+    E = w.shape[0]
+    out = dq.new_empty((dq.shape[0], w.shape[2]), dtype=torch.bfloat16)
+    bounds = [E * i // parts for i in range(parts + 1)]
+    for g0, g1 in zip(bounds[:-1], bounds[1:]):
+        if g1 == g0:
+            continue
+        wtd, wts = to_mxfp8_blocked_rowcol(w[g0:g1], col_block=128, col_tile=128, do_row=False)[2:]
+        mxfp8_grouped_mm_dgrad(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, torch.bfloat16, block=128,
+                               w_tile=128, validate=False, backend="cutlass", out=out, first_group=g0)
+        del wtd, wts
+    return out
+
+
+@_dgrad_in_parts_op.register_fake
+def _(dq, ds, w, offs, parts):
+    return dq.new_empty((dq.shape[0], w.shape[2]), dtype=torch.bfloat16)
+
+
+def _dgrad_in_parts(dq, ds, w: Tensor, offs, spec: FusedSpec, out_dtype) -> Tensor | None:
+    """w13's dgrad through _dgrad_in_parts_op where it applies (compiled, a plain mx128 weight whose dgrad runs on
+    CUTLASS with bf16 output, as _weight's backward operand), else None (the caller runs the one-launch dgrad)."""
+    if not (DGRAD_PARTS > 1 and w.shape[0] >= 2 and spec.recipe == "mxfp8" and not spec.emulated
+            and out_dtype == torch.bfloat16 and type(w) in (Tensor, torch.nn.Parameter)
+            and torch.compiler.is_compiling()):
+        return None
+    g = spec.g
+    if g.block != 128 or g.weight_tile != 128:
+        return None
+    from kernels.grouped_gemm import pick_backend
+    if pick_backend("fused experts dgrad", "dgrad", spec.backend, dq, g.block, g.weight_tile, w.shape[1],
+                    w.shape[2], out_dtype) != "cutlass":
+        return None
+    return _dgrad_in_parts_op(dq, ds, w.detach(), offs, DGRAD_PARTS)
+
+
 def _weight(w: Tensor, spec: FusedSpec, which: str, after: Tensor | None = None):
     """(data, scale) of contract 1's `which` operand of w. Backward passes `after` (a tensor backward computed):
     compiled, a plain weight's dgrad operand is then quantized in backward, next to its use. Through contract 1 the
@@ -554,7 +599,9 @@ class _FusedExperts(torch.autograd.Function):
         del da, h13
         dx = None
         if ctx.needs_input_grad[0]:
-            dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd", after=dq), offs, spec, grad_dtype)
+            dx_buf = _dgrad_in_parts(dq, ds, w13, offs, spec, grad_dtype)
+            if dx_buf is None:
+                dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd", after=dq), offs, spec, grad_dtype)
             # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics; the combine
             # kernel with unit weights (1 * v is exact), one pass at copy speed (inductor's gather-sum: ~60%)
             dx = combine(dx_buf, pos, torch.ones_like(weights, dtype=torch.float32), spec)

@@ -66,9 +66,11 @@ void check_common(const torch::Tensor& t, const char* name, int64_t dim) {
 }  // namespace
 
 // out[M, C] (bf16) = per group: a[rows of g] @ b[g]^T. a [M, R] fp8 (R contiguous), sa [M, R/32] uint8 (strided),
-// b [E, C, R] fp8 (R contiguous), sb [E, C, R/32] uint8 (strided), offs int32 [E]; config: see launch.
+// b [G, C, R] fp8 (R contiguous), sb [G, C, R/32] uint8 (strided): the G experts first_group .. first_group + G - 1
+// of offs int32 [E]; only their rows of out are written (and the zero rows past offs[E-1] when the part holds the
+// last group), so parts of the experts can run one after the other into one out; config: see launch.
 void grouped_rows(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Tensor sb, torch::Tensor offs,
-                  torch::Tensor out, int64_t config) {
+                  torch::Tensor out, int64_t config, int64_t first_group) {
   check_common(a, "a", 2); check_common(sa, "sa", 2); check_common(b, "b", 3); check_common(sb, "sb", 3);
   check_common(offs, "offs", 1); check_common(out, "out", 2);
   TORCH_CHECK(a.stride(1) == 1 && b.stride(2) == 1 && out.stride(1) == 1,
@@ -77,8 +79,13 @@ void grouped_rows(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Ten
   c10::cuda::CUDAGuard guard(a.get_device());
   titan_mx::GroupedProblem p;
   p.mode = titan_mx::kRows;
-  p.groups = int(offs.size(0));
-  p.offs = offs.data_ptr<int32_t>();
+  int64_t groups = b.size(0);
+  TORCH_CHECK(first_group >= 0 && first_group + groups <= offs.size(0), "cutlass mx128: experts ", first_group,
+              "..", first_group + groups - 1, " are not among offs' ", offs.size(0));
+  p.groups = int(groups);
+  p.offs = offs.data_ptr<int32_t>() + first_group;
+  p.row_start = first_group > 0 ? offs.data_ptr<int32_t>() + first_group - 1 : nullptr;
+  p.zero_tail = first_group + groups == offs.size(0);
   p.M = a.size(0); p.R = a.size(1); p.C = b.size(1);
   p.a = a.data_ptr(); p.lda = a.stride(0);
   p.b = b.data_ptr(); p.ldb = b.stride(1); p.b_group_stride = b.stride(0);

@@ -16,7 +16,9 @@
 //
 // Two ways of grouping:
 //   kRows (fprop, dgrad): groups split the rows of A and of the output; B is per expert. Any group sizes
-//     (0 gives no tiles); output rows at or after offs[E-1] are written as zeros here.
+//     (0 gives no tiles); output rows at or after offs[E-1] are written as zeros here. A call may run a later
+//     part of the groups (GroupedProblem::row_start): it writes only its groups' rows (and the zero tail if
+//     it holds the last group), so a caller can run the groups in parts into one output.
 //   kRed (wgrad): groups split the reduction axis (tokens) of A [rows, T] and B [cols, T]; the output is per
 //     expert [rows, cols]. Every group must start on a multiple of 128 tokens (the scale grid of both operands
 //     is the global token grid; the Python side asserts it on the device). Empty groups get no tiles and their
@@ -56,6 +58,12 @@ __device__ __forceinline__ float e8m0_to_float(uint8_t s) {
   return __int_as_float(int(s) << 23);
 }
 
+// First row (kRows) / token (kRed) of group e: the previous group's end; group 0 starts at *row_start when the call
+// runs a later part of the groups (see GroupedProblem::row_start), else at 0.
+__device__ __forceinline__ int64_t group_start(const GroupedProblem& p, int e) {
+  return e ? int64_t(p.offs[e - 1]) : (p.row_start ? int64_t(*p.row_start) : 0);
+}
+
 __device__ __forceinline__ int group_of(const int32_t* offs, int E, int64_t m) {
   // first e with offs[e] > m (m < offs[E-1])
   int lo = 0, hi = E - 1;
@@ -69,9 +77,9 @@ __device__ __forceinline__ int group_of(const int32_t* offs, int E, int64_t m) {
 // kRows, A scales: thread per row; for each 128-block kb writes SFA_g[kb][m - start] (coalesced across rows)
 static __global__ void sfa_rows_kernel(GroupedProblem p, float* sfa) {
   int64_t m = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (p.groups == 0 || m >= p.M || m >= p.offs[p.groups - 1]) return;
+  if (p.groups == 0 || m >= p.M || m >= p.offs[p.groups - 1] || m < group_start(p, 0)) return;
   int g = group_of(p.offs, p.groups, m);
-  int64_t start = g ? p.offs[g - 1] : 0;
+  int64_t start = group_start(p, g);
   int64_t mg = p.offs[g] - start;
   int64_t rb = p.R / 128;
   float* dst = sfa + rb * start + (m - start);
@@ -123,7 +131,7 @@ __global__ void zero_tail_rows_kernel(GroupedProblem p) {
 template <class T>
 __global__ void zero_empty_groups_kernel(GroupedProblem p) {
   int e = blockIdx.y;
-  int64_t start = e ? p.offs[e - 1] : 0;
+  int64_t start = group_start(p, e);
   if (p.offs[e] - start != 0) return;
   T* out = static_cast<T*>(p.out) + int64_t(e) * p.out_group_stride;
   for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x)
@@ -142,10 +150,10 @@ __global__ void build_args_kernel(GroupedProblem p, const float* sfa, const floa
   for (int64_t i = e; i < sched_ws_words; i += int64_t(gridDim.x) * blockDim.x) sched_ws[i] = 0;
   if (e >= p.groups) return;
   auto len = [&](int g) {
-    int64_t n = p.offs[g] - (g ? p.offs[g - 1] : 0);
+    int64_t n = p.offs[g] - group_start(p, g);
     return n < 0 ? int64_t(0) : n;  // malformed offs: no work rather than a wild pointer (the caller validates offs)
   };
-  int64_t start = e ? p.offs[e - 1] : 0;
+  int64_t start = group_start(p, e);
   int64_t n = len(e);
   int slot = e;
   if (lpt && p.mode == kRed) {
@@ -332,7 +340,7 @@ struct BlockwiseGrouped {
     if (p.mode == kRows) {
       if (p.M > 0) sfa_rows_kernel<<<unsigned(cdiv(p.M, T)), T, 0, stream>>>(p, sfa);
       if (c.sfb_n > 0) sfb_rows_kernel<<<unsigned(cdiv(c.sfb_n, T)), T, 0, stream>>>(p, sfb, c.cb_n, p.R / 128);
-      if (p.M > 0) {
+      if (p.M > 0 && p.zero_tail) {
         int64_t blocks = p.M < kZeroBlocks ? p.M : kZeroBlocks;
         zero_tail_rows_kernel<ElementD><<<unsigned(blocks), 256, 0, stream>>>(p);
       }

@@ -29,6 +29,11 @@ struct GroupedProblem {
   // (1, 2, 4 or 8) so a wave of CTAs shares more A rows / B columns in L2
   int raster_along_n = 0;
   int max_swizzle = 1;
+  // kRows, a later part of the groups: offs points at this part's first group's END in the full offs, row_start
+  // at the entry before it (this part's first row); null: the part starts at row 0. zero_tail: also zero the
+  // output rows at or after offs[groups - 1] (the part that holds the last group).
+  const int32_t* row_start = nullptr;
+  int zero_tail = 1;
 };
 
 // Kernels (one per schedule and cluster shape; each instantiated for bf16 and fp32 output, one translation unit
