@@ -14,9 +14,6 @@ scale block along both axes; ignored by fp8_rowwise).
       dy[r] = weights[t, slot] * dout[t] (fp32 product, quantized directly: never rounded to bf16) on real rows,
       0 on padding rows, written quantized for w2's dgrad (rows) and wgrad (token-major);
       dweights[t, j] = <dout[t], y[pos[t*k + j]]> (fp32; deterministic, summation order the kernel's).
-  combine_backward_quantize(dout, pos, weights, src, offs, recipe, block) -> (dyq, dys, dytq, dyts)
-      combine_backward without dweights (and without reading y): a caller that makes dweights itself beforehand
-      can free y before dy's two float8 copies exist (the fused expert op under torch.compile, for peak memory).
   swiglu_quantize(h13 [P, 2H], offs, recipe, block) -> (aq [P, H], as, atq [H, P], ats)      a = silu(h1) * h3
   dispatch_quantize and swiglu_quantize take col_tile=128 (mxfp8): the token-major copy then shares one scale per
       `block` tokens x 128 features (kernels.grouped_gemm.quant.to_mxfp8_blocked(v.t(), -1, block, 128)), what the
@@ -61,7 +58,6 @@ import torch
 from .reference import (  # noqa: F401
     MX_BLOCKS,
     RECIPES,
-    combine_backward_quantize_reference,
     combine_backward_reference,
     combine_reference,
     dispatch_quantize_reference,
@@ -70,9 +66,8 @@ from .reference import (  # noqa: F401
     swiglu_quantize_reference,
 )
 
-__all__ = ["dispatch_quantize", "combine", "combine_backward", "combine_backward_quantize", "swiglu_quantize",
-           "swiglu_quantize_backward", "dispatch_quantize_reference", "combine_reference",
-           "combine_backward_reference", "combine_backward_quantize_reference",
+__all__ = ["dispatch_quantize", "combine", "combine_backward", "swiglu_quantize", "swiglu_quantize_backward",
+           "dispatch_quantize_reference", "combine_reference", "combine_backward_reference",
            "swiglu_quantize_reference", "swiglu_quantize_backward_reference", "RECIPES", "MX_BLOCKS"]
 
 _BACKENDS = ("auto", "reference", "triton")
@@ -206,14 +201,6 @@ def _combine_backward_impl(dout, y, pos, weights, src, offs, recipe, block, trac
     return q, s, qt, st, dweights
 
 
-def _combine_backward_quantize_impl(dout, pos, weights, src, offs, recipe, block, traced):
-    (N, D), P, k = dout.shape, src.shape[0], weights.shape[1]
-    q, s, qt, st, _ = _triton().quantize_values(1, dout, src, pos, weights, None, N=N, P=P, C=D, H=0, K=k,
-                                                offs=offs, recipe=recipe, block=block,
-                                                who="combine_backward_quantize", traced=traced)
-    return q, s, qt, st
-
-
 def _swiglu_impl(h13, offs, recipe, block, col_tile, traced):
     P, H = h13.shape[0], h13.shape[1] // 2
     q, s, qt, st, _ = _triton().quantize_values(2, h13, N=0, P=P, C=H, H=H, K=1, offs=offs, recipe=recipe,
@@ -262,18 +249,6 @@ def _combine_backward_op(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, 
 def _combine_backward_traced(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor,
                              recipe: str, block: int) -> _Q5:
     return _combine_backward_impl(dout, y, pos, weights, src, offs, recipe, block, True)
-
-
-@torch.library.custom_op("titan_fp8::moe_combine_backward_quantize", mutates_args=())
-def _combine_backward_quantize_op(dout: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor, recipe: str,
-                                  block: int) -> _Q4:
-    return _combine_backward_quantize_impl(dout, pos, weights, src, offs, recipe, block, False)
-
-
-@torch.library.triton_op("titan_fp8::moe_combine_backward_quantize_traced", mutates_args=())
-def _combine_backward_quantize_traced(dout: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor,
-                                      recipe: str, block: int) -> _Q4:
-    return _combine_backward_quantize_impl(dout, pos, weights, src, offs, recipe, block, True)
 
 
 @torch.library.custom_op("titan_fp8::moe_swiglu_quantize", mutates_args=())
@@ -330,11 +305,6 @@ def _(y, pos, weights):
 def _(dout, y, pos, weights, src, offs, recipe, block):
     return (*_fake_quantized(dout, src.shape[0], dout.shape[1], offs.shape[0], recipe),
             weights.new_empty(weights.shape))
-
-
-@_combine_backward_quantize_op.register_fake
-def _(dout, pos, weights, src, offs, recipe, block):
-    return _fake_quantized(dout, src.shape[0], dout.shape[1], offs.shape[0], recipe)
 
 
 @_swiglu_op.register_fake
@@ -407,29 +377,6 @@ def combine_backward(dout: Tensor, y: Tensor, pos: Tensor, weights: Tensor, src:
             return op(dout.contiguous(), y.contiguous(), pos.contiguous(), weights.contiguous(), src.contiguous(),
                       offs.contiguous(), recipe, int(block))
         return combine_backward_reference(dout, y, pos, weights, src, offs, recipe, block)
-
-
-def combine_backward_quantize(dout: Tensor, pos: Tensor, weights: Tensor, src: Tensor, offs: Tensor, recipe: str,
-                              block: int = 32, backend: str = "auto"):
-    """-> (dyq [P, D], dys, dytq [D, P], dyts): combine_backward's first four outputs, bit for bit, without y."""
-    who = "combine_backward_quantize"
-    _check_float(who, "dout", dout)
-    if not isinstance(weights, torch.Tensor) or weights.dtype != torch.float32 or weights.ndim != 2:
-        _fail(who, f"weights must be a 2-D torch.float32 tensor [N, k], got "
-                   f"{getattr(weights, 'dtype', type(weights).__name__)} {tuple(getattr(weights, 'shape', ()))}")
-    if weights.shape[0] != dout.shape[0]:
-        _fail(who, f"weights is {tuple(weights.shape)} but dout has {dout.shape[0]} tokens")
-    _check_index(who, "pos", pos, torch.int64, weights.shape[0] * weights.shape[1])
-    _check_index(who, "src", src, torch.int64)
-    _check_offs(who, offs)
-    _same_device(who, dout, pos, weights, src, offs)
-    _check_recipe(who, recipe, block, src.shape[0], dout.shape[1], "dout.shape[1] (D)")
-    with torch.no_grad():
-        if _use_triton(dout, backend):
-            op = _op(_combine_backward_quantize_op, _combine_backward_quantize_traced, recipe)
-            return op(dout.contiguous(), pos.contiguous(), weights.contiguous(), src.contiguous(), offs.contiguous(),
-                      recipe, int(block))
-        return combine_backward_quantize_reference(dout, pos, weights, src, offs, recipe, block)
 
 
 def _check_h13(who, h13):

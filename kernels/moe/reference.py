@@ -169,11 +169,6 @@ def combine_backward_reference(dout, y, pos, weights, src, offs, recipe, block):
     return (*quantize_both(v, offs, recipe, block), dw)
 
 
-def combine_backward_quantize_reference(dout, pos, weights, src, offs, recipe, block):
-    """combine_backward_reference's (dyq, dys, dytq, dyts) alone."""
-    return quantize_both(combine_backward_values(dout, pos, weights, src), offs, recipe, block)
-
-
 def swiglu_quantize_reference(h13, offs, recipe, block, col_tile=1):
     """(aq [P, H], as, atq [H, P], ats) for a = silu(h1) * h3."""
     return quantize_both(swiglu_values(h13), offs, recipe, block, col_tile)

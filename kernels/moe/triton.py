@@ -268,7 +268,7 @@ def _mx_store_cols(xc, ac, pid_m, rows, rmask, cols, cmask, qc_ptr, sc_ptr, P, C
 def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
                MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
                HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1, HALVES: tl.constexpr = False,
-               AMAX_FIRST: tl.constexpr = False, WANT_DOT: tl.constexpr = True):
+               AMAX_FIRST: tl.constexpr = False):
     # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
     # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features (the max of the row
     # amaxes of those QB rows: no second reduction over the values).
@@ -276,9 +276,9 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     # sigmoid and one read of da / h1 / h3. AMAX_FIRST: see _mx_store.
     CL = H if HALVES else C
     pid_m, pid_d, rows, cols, rmask, cmask = _tile(P, CL, BM, BD)
-    v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, WANT_DOT,
-                         IS_BF16, HALVES)
-    if MODE == 1 and WANT_DOT:
+    v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16,
+                         HALVES)
+    if MODE == 1:
         tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
     kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
     kmask = kb < CL // 32
@@ -315,7 +315,7 @@ def _col_max(ab, sel):
 @triton.jit
 def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot_ptr, offs_ptr, N, P, C, H, E,
                     MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, SUB: tl.constexpr,
-                    E_PAD: tl.constexpr, IS_BF16: tl.constexpr, WANT_DOT: tl.constexpr = True):
+                    E_PAD: tl.constexpr, IS_BF16: tl.constexpr):
     # fp8_rowwise pass 1: int32 bits of max |value| (NaN as inf) per row (ramax [P]) and per (expert group, column)
     # (gamax [E + 1, C]; row E: rows past offs[-1]); dot [n_strips, P] partial dots (MODE 1). A program walks
     # SUB row tiles of BM rows down one strip of BD columns (MODE 3: BD columns of [0, H), i.e. dh1's and dh3's):
@@ -339,8 +339,8 @@ def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot
     for i in range(SUB):
         rows = row0 + i * BM + tl.arange(0, BM)
         rmask = rows < P
-        v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K,
-                             WANT_DOT, IS_BF16, HALVES)
+        v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True,
+                             IS_BF16, HALVES)
         ab = _mag_bits(v)
         rmax = tl.max(ab, 1)
         ab2 = ab
@@ -348,7 +348,7 @@ def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot
             ab2 = _mag_bits(v2)
             rmax = tl.maximum(rmax, tl.max(ab2, 1))
         tl.atomic_max(ramax_ptr + rows, rmax, mask=rmask, sem="relaxed")
-        if MODE == 1 and WANT_DOT:
+        if MODE == 1:
             tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
         g = _group_of(ends, rows)
         g1 = tl.max(tl.where(rmask, g, cur), 0)  # groups grow with the row: the last group of this tile
@@ -522,18 +522,18 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
                     hw_cast=None, col_tile=1, traced=False):
     """Make the MODE prologue's values (module docstring; a, b, c, d, e as _values reads them) and quantize them
     both ways. Returns (q [P, C], s, qt [C, P], st, dots) in reference.quantize_both's layouts; dots: the per-row
-    partial dots <dout, y> [column tiles, P] for MODE 1 with y (e), else None."""
+    partial dots <dout, y> [column tiles, P] for MODE 1, else None."""
     _check_device(a, who)
     dev = a.device
     hw = default_hw_cast(dev) if hw_cast is None else hw_cast
     a, is_bf16 = _as_kernel_input(a)
-    want_dot = mode == 1 and e is not None  # MODE 1 without y: quantize dy only (no dweights partials)
-    if want_dot:
+    if mode == 1:
         e, _ = _as_kernel_input(e)
     if mode == 3:
         b, _ = _as_kernel_input(b)
     args = [t if t is not None else a for t in (a, b, c, d, e)]  # unused pointer slots: any tensor
     u8, f32, f8 = torch.uint8, torch.float32, torch.float8_e4m3fn
+    want_dot = mode == 1
     if recipe == "mxfp8":
         bm, bd, warps, halves = _MX_INTERP[block] if _INTERPRET else MX_CONFIGS[block, mode]
         if col_tile > 1:  # the tile must span the 128 features of a token-major scale
@@ -551,8 +551,7 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
             _launcher(_mx_kernel, traced)[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode,
                                                 K=K, QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16,
                                                 COL_TILE=col_tile, HALVES=halves,
-                                                AMAX_FIRST=(block, mode) in MX_AMAX_FIRST, WANT_DOT=want_dot,
-                                                num_warps=warps)
+                                                AMAX_FIRST=(block, mode) in MX_AMAX_FIRST, num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]
@@ -570,7 +569,7 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
         _launcher(_f8_amax_kernel, traced)[(triton.cdiv(P, am * sub) * n_strips,)](
             *args, ramax, gamax, dots if want_dot else gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=am, BD=ad,
             SUB=sub,
-            E_PAD=e_pad, IS_BF16=is_bf16, WANT_DOT=want_dot, num_warps=aw)
+            E_PAD=e_pad, IS_BF16=is_bf16, num_warps=aw)
     if not (P and C):  # nothing to quantize: the scales of empty rows / groups by kernels.float8_cast's rule
         s = amax_to_scale(ramax.view(f32), E4M3, round_to_pow2=True)  # [P]
         return q.view(f8), s, qt.view(f8), amax_to_scale(gamax[:E].view(f32), E4M3, round_to_pow2=True), dots

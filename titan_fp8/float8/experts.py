@@ -401,20 +401,8 @@ def combine(y: Tensor, pos: Tensor, weights: Tensor, spec: FusedSpec) -> Tensor:
 
 
 def combine_backward(dout, y, pos, weights, src, offs, spec: FusedSpec):
-    """-> (dyq [P, D], dys, dytq [D, P], dyts, dweights [N, k] fp32).
-
-    Compiled (not emulated), in two steps: dweights from torch ops first (inductor fuses the gather, product and
-    sum into one reduction, nothing materialized), then dy's float8 copies by the kernel without y. y's last use is
-    then the reduction, so the compiled backward frees it before those copies exist: at llama_moe this moment (y
-    136 MiB, dy's copies 136 MiB, h13 alive) was the mx128 layer's peak. Costs one more read of dout. Eagerly the
-    one fused kernel (the torch-op dweights would materialize [N, k, D] in fp32)."""
-    w = weights.float()
-    if torch.compiler.is_compiling() and not spec.emulated:
-        n, k = w.shape
-        dweights = (dout.float()[:, None, :] * y.index_select(0, pos).view(n, k, y.shape[1]).float()).sum(-1)
-        return (*moe_kernels.combine_backward_quantize(dout, pos, w, src, offs, spec.recipe, spec.align,
-                                                       backend=_moe_backend(spec)), dweights)
-    return moe_kernels.combine_backward(dout, y, pos, w, src, offs, spec.recipe, spec.align,
+    """-> (dyq [P, D], dys, dytq [D, P], dyts, dweights [N, k] fp32)."""
+    return moe_kernels.combine_backward(dout, y, pos, weights.float(), src, offs, spec.recipe, spec.align,
                                         backend=_moe_backend(spec))
 
 
