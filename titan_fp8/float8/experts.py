@@ -497,9 +497,13 @@ def _dgrad_weight_op(w: Tensor, after: Tensor) -> tuple[Tensor, Tensor]:
     """W^T [E, K, N] quantized along N in 128 x 128 tiles (+ scales [E, K, N/32], each 1x32 block carrying its
     tile's): the same bytes and scales as contract 1's transposed fprop operand (mx128 and mx32 alike). `after` is
     not read: it ties the op to backward (see _weight)."""
+    return _dgrad_operand(w)
+
+
+def _dgrad_operand(w: Tensor) -> tuple[Tensor, Tensor]:
+    """W^T [E, K, N] float8 in 128 x 128 tiles along N and its scales [E, K, N/32] (one read of w)."""
     from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-    wtd, wts = to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:]
-    return wtd, wts
+    return tuple(to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:])
 
 
 @_dgrad_weight_op.register_fake
@@ -517,14 +521,13 @@ def _dgrad_in_parts_op(dq: Tensor, ds: Tensor, w: Tensor, offs: Tensor, parts: i
     output, each with only its experts' float8 W^T (quantized right before, freed right after): the float8 W13^T
     is the largest transient of the fused backward (176 MiB at llama_moe, which put the mx128 layer's peak over
     bf16's), and one op around the parts keeps the compiled graph from holding them all at once."""
-    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
     E = w.shape[0]
     out = dq.new_empty((dq.shape[0], w.shape[2]), dtype=torch.bfloat16)
     bounds = [E * i // parts for i in range(parts + 1)]
     for g0, g1 in zip(bounds[:-1], bounds[1:]):
         if g1 == g0:
             continue
-        wtd, wts = to_mxfp8_blocked_rowcol(w[g0:g1], col_block=128, col_tile=128, do_row=False)[2:]
+        wtd, wts = _dgrad_operand(w[g0:g1])
         mxfp8_grouped_mm_dgrad(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, torch.bfloat16, block=128,
                                w_tile=128, validate=False, backend="cutlass", out=out, first_group=g0)
         del wtd, wts
