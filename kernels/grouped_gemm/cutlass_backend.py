@@ -252,19 +252,25 @@ def check_sm_carveout(t: torch.Tensor) -> None:
 
 
 # ------------------------------------------------------------------------------------------ custom ops
+def _launch_rows(a, sa, b, sb, offs, out, first_group, pass_):
+    """The rows GEMM of the experts first_group .. first_group + b.shape[0] - 1 of offs into out (see the ops)."""
+    if out.numel() == 0:
+        return
+    if a.shape[1] == 0 or offs.numel() == 0:
+        out.zero_()
+        return
+    config = schedule_id(pass_, a.shape[0] / max(offs.shape[0], 1) / GRAN, b.shape[1] / GRAN)
+    check_sm_carveout(a)
+    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config, first_group)
+
+
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_cutlass", mutates_args=())
 def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
             pass_: str) -> torch.Tensor:
     """out[g] = A[g] @ B[e]^T; a [M, R], sa [M, R/32] (any strides), b [E, C, R] (R contiguous), sb [E, C, R/32].
     pass_ ("fprop" / "dgrad") names the configuration (schedule_config), read here at call time."""
     out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
-    if out.numel() == 0:
-        return out
-    if a.shape[1] == 0 or offs.numel() == 0:
-        return out.zero_()
-    config = schedule_id(pass_, a.shape[0] / max(offs.shape[0], 1) / GRAN, b.shape[1] / GRAN)
-    check_sm_carveout(a)
-    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config, 0)
+    _launch_rows(a, sa, b, sb, offs, out, 0, pass_)
     return out
 
 
@@ -278,14 +284,7 @@ def _rows_into_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.
                   out: torch.Tensor, first_group: int, pass_: str) -> None:
     """_rows_op for the experts first_group .. first_group + b.shape[0] - 1 of offs, written into out's rows of
     those groups (and out's zero rows past offs[-1] when they include the last expert); other rows untouched."""
-    if out.numel() == 0 or offs.numel() == 0:
-        return
-    if a.shape[1] == 0:
-        out.zero_()
-        return
-    config = schedule_id(pass_, a.shape[0] / max(offs.shape[0], 1) / GRAN, b.shape[1] / GRAN)
-    check_sm_carveout(a)
-    load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config, first_group)
+    _launch_rows(a, sa, b, sb, offs, out, first_group, pass_)
 
 
 @torch.library.custom_op("titan_fp8::mx128_grouped_mm_wgrad_cutlass", mutates_args=())
@@ -314,21 +313,21 @@ def fprop(a_data, a_scale, w_data, w_scale, offs):
     return _rows_op(a, a_scale, w, w_scale, offs, "fprop")
 
 
-def dgrad(do_data, do_scale, w_data, w_scale, offs):
+def _dgrad_operands(do_data, do_scale, w_data, w_scale):
     do = do_data if do_data.stride(-1) == 1 else do_data.contiguous()
     wt = w_data.transpose(1, 2)  # [E, K, N]: rows k, reduction n (N contiguous for a transposed view)
     if wt.stride(-1) != 1:
         wt = wt.contiguous()
-    return _rows_op(do, do_scale, wt, w_scale.transpose(1, 2), offs, "dgrad")
+    return do, do_scale, wt, w_scale.transpose(1, 2)
+
+
+def dgrad(do_data, do_scale, w_data, w_scale, offs):
+    return _rows_op(*_dgrad_operands(do_data, do_scale, w_data, w_scale), offs, "dgrad")
 
 
 def dgrad_into(do_data, do_scale, w_data, w_scale, offs, out, first_group):
     """dgrad of the experts first_group .. first_group + w_data.shape[0] - 1 of offs into out's rows of them."""
-    do = do_data if do_data.stride(-1) == 1 else do_data.contiguous()
-    wt = w_data.transpose(1, 2)
-    if wt.stride(-1) != 1:
-        wt = wt.contiguous()
-    _rows_into_op(do, do_scale, wt, w_scale.transpose(1, 2), offs, out, first_group, "dgrad")
+    _rows_into_op(*_dgrad_operands(do_data, do_scale, w_data, w_scale), offs, out, first_group, "dgrad")
     return out
 
 
