@@ -494,6 +494,7 @@ def main():
                 "vs_torchao_fp8": round(ao_ms / ms, 3) if ao_ms else None,
                 "host_ms": round(statistics.median(r["host"]), 3) if r["host"] else None,
                 "pipelined_ms": round(statistics.median(r["pipelined"]), 3) if r.get("pipelined") else None,
+                "pipelined_rounds_ms": [round(v, 3) for v in r.get("pipelined", [])],
                 "peak_step_gib": round(r["peak"], 3) if r["peak"] is not None else None,
                 "host_top": r["htop"], "gpu_gaps": r["gaps"],
                 "split_ms": r["split"], "launches_per_step": r["launches"], "top_kernels": r["top"],

@@ -48,7 +48,7 @@ Launch configurations (FPROP_CONFIGS / WGRAD_CONFIGS) come from H200 sweeps; see
 All three are torch.library custom ops (titan_fp8::mxfp8_grouped_mm_{fprop,dgrad,wgrad}) with fake
 implementations, so torch.compile and FSDP2 trace through them. References: reference.py (float64).
 Operands with shared scales: quant.py (plain PyTorch, any device) and quant_triton.py (one read, GPU;
-custom op titan_fp8::mxfp8_blocked_rowcol), bit-identical to each other.
+under torch.compile the triton op titan_fp8::mxfp8_blocked_rowcol_traced), bit-identical to each other.
 """
 
 from __future__ import annotations

@@ -55,8 +55,9 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 #     18 (shape, routing, pass) cells, by 3-9% where it differs from along M (the 18th: -4%, at 64 x 56
 #     tiles); CUTLASS's grouped scheduler itself always walks along M;
 #   swizzle=S (1, 2, 4, 8): tiles visited in runs of S.
-# The configuration is read at call time (inside the custom ops), so $TITAN_FP8_CUTLASS_SCHEDULE also reaches
-# graphs torch.compile already traced; it overrides SCHEDULES (see schedule_id).
+# The configuration is read at call time (inside the ops, C++ and Python alike), so $TITAN_FP8_CUTLASS_SCHEDULE
+# also reaches graphs torch.compile already traced; it overrides SCHEDULES (see schedule_id). The C++ ops resolve
+# each new value of the variable once (schedules_for_env): change SCHEDULES before the first call, not after.
 # wgrad: cooperative_lpt, as a tile there costs its group's token count (uneven routing); fprop/dgrad tiles all
 # reduce over the same K, where the static order is balanced already.
 SCHEDULES = {"fprop": "cooperative", "dgrad": "cooperative", "wgrad": "cooperative_lpt"}
@@ -90,11 +91,11 @@ def config_id(config: str, origin: str = "CUTLASS config", m_tiles: float = 0.0,
     return bits
 
 
-def schedule_config(pass_: str) -> tuple[str, str]:
-    """(configuration string, where it came from) of `pass_`: SCHEDULES, or $TITAN_FP8_CUTLASS_SCHEDULE, either
-    one configuration for every pass or per pass as "fprop=<config>;dgrad=<config>;wgrad=<config>" (passes left
-    out keep SCHEDULES)."""
-    env = os.environ.get("TITAN_FP8_CUTLASS_SCHEDULE")
+def schedule_config(pass_: str, env: str | None = None) -> tuple[str, str]:
+    """(configuration string, where it came from) of `pass_`: SCHEDULES, or $TITAN_FP8_CUTLASS_SCHEDULE (or `env`,
+    its value), either one configuration for every pass or per pass as "fprop=<config>;dgrad=<config>;
+    wgrad=<config>" (passes left out keep SCHEDULES)."""
+    env = os.environ.get("TITAN_FP8_CUTLASS_SCHEDULE") if env is None else env
     if not env:
         return SCHEDULES[pass_], f"SCHEDULES[{pass_!r}]"
     if "=" not in env.split(":")[0]:
@@ -114,6 +115,21 @@ def schedule_config(pass_: str) -> tuple[str, str]:
 def schedule_id(pass_: str, m_tiles: float = 0.0, n_tiles: float = 0.0) -> int:
     """The extension's int for `pass_` (schedule_config) on a call with about m_tiles x n_tiles tiles per group."""
     return config_id(*schedule_config(pass_), m_tiles, n_tiles)
+
+
+_RASTER_CODE = {"auto": 0, "m": 1, "n": 2}
+
+
+def schedules_for_env(env: str) -> tuple:
+    """What the extension's ops launch with for a value of $TITAN_FP8_CUTLASS_SCHEDULE ("" = unset): per pass
+    (fprop, dgrad, wgrad), (kernel and swizzle bits, raster 0 auto / 1 along M / 2 along N); the ops add the along-N
+    bit for "auto" from each call's shapes (config_id's rule). A bad value raises ValueError naming it, from the
+    op's call. Registered with the extension by load(), which calls it whenever the variable's value changes."""
+    out = []
+    for pass_ in ("fprop", "dgrad", "wgrad"):  # the extension's pass indices 0, 1, 2
+        bits, raster = _parse_config(*schedule_config(pass_, env))
+        out.append((bits, _RASTER_CODE[raster]))
+    return tuple(out)
 
 
 class CutlassUnavailable(RuntimeError):
@@ -183,7 +199,7 @@ def _load():
         "-U__CUDA_NO_HALF2_OPERATORS__", "-DNDEBUG",
     ]
     try:
-        return cpp_extension.load(
+        ext = cpp_extension.load(
             name="titan_fp8_cutlass_mx128",
             sources=[os.path.join(SRC_DIR, s) for s in SOURCES],
             extra_include_paths=[SRC_DIR, include],
@@ -194,6 +210,8 @@ def _load():
         )
     except (RuntimeError, OSError, ImportError) as e:
         raise CutlassUnavailable(f"building the CUTLASS mx128 grouped GEMM failed ({type(e).__name__}): {e}") from e
+    ext.set_schedule_resolver(schedules_for_env)
+    return ext
 
 
 _LOADED: dict = {}
@@ -241,7 +259,10 @@ def unsupported_reason(pass_: str, block: int, tile: int, reduction: int, out_co
 
 def check_sm_carveout(t: torch.Tensor) -> None:
     """torch's SM carve-out must leave the persistent grid at least one 2-CTA cluster (the launch rounds the rest
-    down to whole clusters); else a ValueError naming it, before any launch."""
+    down to whole clusters); else a ValueError naming it, before any launch. Not while torch.compile traces (a
+    graph break there): compiled graphs meet the ops' own C++ check."""
+    if torch.compiler.is_compiling():
+        return
     carve = torch._C._get_sm_carveout_experimental()
     if carve is not None:
         sms = torch.cuda.get_device_properties(t.device).multi_processor_count
@@ -251,7 +272,21 @@ def check_sm_carveout(t: torch.Tensor) -> None:
                              f"GPU's {sms} SMs")
 
 
-# ------------------------------------------------------------------------------------------ custom ops
+# ------------------------------------------------------------------------------------------ the ops
+# titan_fp8::mx128_grouped_mm_{rows,rows_into,wgrad}_cutlass. Their CUDA kernels are C++ (cutlass_sm90/bindings.cpp,
+# registered when load() loads the extension): a compiled graph calls them through the dispatcher with no Python per
+# call; they resolve the configuration per call like the Python below (schedules_for_env). The CPU kernels are that
+# Python (no GEMM runs on a CPU: load() raises CutlassUnavailable there; tests substitute the extension), and the
+# fake ones give torch.compile the shapes.
+_LIB = torch.library.Library("titan_fp8", "FRAGMENT")
+_LIB.define("mx128_grouped_mm_rows_cutlass(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor offs, str pass_) "
+            "-> Tensor")
+_LIB.define("mx128_grouped_mm_rows_into_cutlass(Tensor a, Tensor sa, Tensor b, Tensor sb, Tensor offs, "
+            "Tensor(a!) out, int first_group, str pass_) -> ()")
+_LIB.define("mx128_grouped_mm_wgrad_cutlass(Tensor x, Tensor sx, Tensor y, Tensor sy, Tensor offs, "
+            "ScalarType out_dtype, str pass_) -> Tensor")
+
+
 def _launch_rows(a, sa, b, sb, offs, out, first_group, pass_):
     """The rows GEMM of the experts first_group .. first_group + b.shape[0] - 1 of offs into out (see the ops)."""
     if out.numel() == 0:
@@ -264,32 +299,34 @@ def _launch_rows(a, sa, b, sb, offs, out, first_group, pass_):
     load().grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, config, first_group)
 
 
-@torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_cutlass", mutates_args=())
-def _rows_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
-            pass_: str) -> torch.Tensor:
+@torch.library.impl(_LIB, "mx128_grouped_mm_rows_cutlass", "CPU")
+def _rows_cpu(a, sa, b, sb, offs, pass_):
     """out[g] = A[g] @ B[e]^T; a [M, R], sa [M, R/32] (any strides), b [E, C, R] (R contiguous), sb [E, C, R/32].
-    pass_ ("fprop" / "dgrad") names the configuration (schedule_config), read here at call time."""
+    pass_ ("fprop" / "dgrad") names the configuration (schedule_config), read at call time."""
     out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
     _launch_rows(a, sa, b, sb, offs, out, 0, pass_)
     return out
 
 
-@_rows_op.register_fake
+@torch.library.register_fake("titan_fp8::mx128_grouped_mm_rows_cutlass", lib=_LIB)
 def _(a, sa, b, sb, offs, pass_):
     return a.new_empty((a.shape[0], b.shape[1]), dtype=torch.bfloat16)
 
 
-@torch.library.custom_op("titan_fp8::mx128_grouped_mm_rows_into_cutlass", mutates_args=("out",))
-def _rows_into_op(a: torch.Tensor, sa: torch.Tensor, b: torch.Tensor, sb: torch.Tensor, offs: torch.Tensor,
-                  out: torch.Tensor, first_group: int, pass_: str) -> None:
-    """_rows_op for the experts first_group .. first_group + b.shape[0] - 1 of offs, written into out's rows of
+@torch.library.impl(_LIB, "mx128_grouped_mm_rows_into_cutlass", "CPU")
+def _rows_into_cpu(a, sa, b, sb, offs, out, first_group, pass_):
+    """The rows op for the experts first_group .. first_group + b.shape[0] - 1 of offs, written into out's rows of
     those groups (and out's zero rows past offs[-1] when they include the last expert); other rows untouched."""
     _launch_rows(a, sa, b, sb, offs, out, first_group, pass_)
 
 
-@torch.library.custom_op("titan_fp8::mx128_grouped_mm_wgrad_cutlass", mutates_args=())
-def _red_op(x: torch.Tensor, sx: torch.Tensor, y: torch.Tensor, sy: torch.Tensor, offs: torch.Tensor,
-            out_dtype: torch.dtype, pass_: str) -> torch.Tensor:
+@torch.library.register_fake("titan_fp8::mx128_grouped_mm_rows_into_cutlass", lib=_LIB)
+def _(a, sa, b, sb, offs, out, first_group, pass_):
+    return None
+
+
+@torch.library.impl(_LIB, "mx128_grouped_mm_wgrad_cutlass", "CPU")
+def _red_cpu(x, sx, y, sy, offs, out_dtype, pass_):
     """dW[e] = X[:, tokens of e] @ Y[:, tokens of e]^T; x [N, T], y [K, T] token-major, scales [*, T/32]."""
     out = torch.empty(offs.shape[0], x.shape[0], y.shape[0], dtype=out_dtype, device=x.device)
     if out.numel() == 0:
@@ -302,18 +339,29 @@ def _red_op(x: torch.Tensor, sx: torch.Tensor, y: torch.Tensor, sy: torch.Tensor
     return out
 
 
-@_red_op.register_fake
+@torch.library.register_fake("titan_fp8::mx128_grouped_mm_wgrad_cutlass", lib=_LIB)
 def _(x, sx, y, sy, offs, out_dtype, pass_):
     return x.new_empty((offs.shape[0], x.shape[0], y.shape[0]), dtype=out_dtype)
 
 
+_ROWS = torch.ops.titan_fp8.mx128_grouped_mm_rows_cutlass.default
+_ROWS_INTO = torch.ops.titan_fp8.mx128_grouped_mm_rows_into_cutlass.default
+_RED = torch.ops.titan_fp8.mx128_grouped_mm_wgrad_cutlass.default
+
+
+# The wrappers below check torch's SM carve-out in Python before eager calls of the ops: the ops' C++ kernels read
+# the carve-out too, but cannot raise there: on the GPU image (torch 2.11) that error, thrown from the extension,
+# crashed the process (benchmarks/results/issue9_host_s16/call7_error_probe/), so they run on one 2-CTA cluster
+# instead; tests/gpu/test_grouped_gemm_cutlass_gpu.py::test_op_errors_reach_python checks both in subprocesses.
 def fprop(a_data, a_scale, w_data, w_scale, offs):
+    check_sm_carveout(a_data)
     a = a_data if a_data.stride(-1) == 1 else a_data.contiguous()
     w = w_data if w_data.stride(-1) == 1 else w_data.contiguous()
-    return _rows_op(a, a_scale, w, w_scale, offs, "fprop")
+    return _ROWS(a, a_scale, w, w_scale, offs, "fprop")
 
 
 def _dgrad_operands(do_data, do_scale, w_data, w_scale):
+    check_sm_carveout(do_data)
     do = do_data if do_data.stride(-1) == 1 else do_data.contiguous()
     wt = w_data.transpose(1, 2)  # [E, K, N]: rows k, reduction n (N contiguous for a transposed view)
     if wt.stride(-1) != 1:
@@ -322,19 +370,20 @@ def _dgrad_operands(do_data, do_scale, w_data, w_scale):
 
 
 def dgrad(do_data, do_scale, w_data, w_scale, offs):
-    return _rows_op(*_dgrad_operands(do_data, do_scale, w_data, w_scale), offs, "dgrad")
+    return _ROWS(*_dgrad_operands(do_data, do_scale, w_data, w_scale), offs, "dgrad")
 
 
 def dgrad_into(do_data, do_scale, w_data, w_scale, offs, out, first_group):
     """dgrad of the experts first_group .. first_group + w_data.shape[0] - 1 of offs into out's rows of them."""
-    _rows_into_op(*_dgrad_operands(do_data, do_scale, w_data, w_scale), offs, out, first_group, "dgrad")
+    _ROWS_INTO(*_dgrad_operands(do_data, do_scale, w_data, w_scale), offs, out, first_group, "dgrad")
     return out
 
 
 def wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32):
+    check_sm_carveout(do_t_data)
     x = do_t_data if do_t_data.stride(-1) == 1 else do_t_data.contiguous()
     y = a_t_data if a_t_data.stride(-1) == 1 else a_t_data.contiguous()
     # the scale grid of both operands is the global 128-token grid: every group must start on it
     torch._assert_async((offs % GRAN == 0).all(), "mxfp8_grouped_mm_wgrad (cutlass): every group must start and "
                                                   "end on a multiple of 128 tokens (pad groups to 128)")
-    return _red_op(x, do_t_scale, y, a_t_scale, offs, out_dtype, "wgrad")
+    return _RED(x, do_t_scale, y, a_t_scale, offs, out_dtype, "wgrad")

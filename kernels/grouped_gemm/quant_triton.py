@@ -137,7 +137,14 @@ def _kernel(config_warps):
     return _tuned_kernel, {}
 
 
-def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast=None, num_warps=None):
+def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast=None, num_warps=None,
+         after=None, traced=False):
+    """The launch behind to_mxfp8_blocked_rowcol (its docstring says what `after` is). traced: the launch goes
+    through torch.library.wrap_triton with ROWCOL_NUM_WARPS (inside the triton op, so torch.compile writes it into
+    its generated code); else the autotuner, or a plain launch with num_warps."""
+    if limit is not None and after is not None:
+        raise ValueError("to_mxfp8_blocked_rowcol: limit and after cannot both be given (they share one kernel "
+                         "argument)")
     B, M, K = x3.shape
     MC = (M + 31) // 32 * 32
     dev = x3.device
@@ -149,14 +156,21 @@ def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw
     if (do_row or do_col) and B * MC * K:
         hw = default_hw_cast(dev) if hw_cast is None else hw_cast
         xin, is_bf16 = _as_kernel_input(x3)
-        lim = limit if limit is not None else xin  # USE_LIMIT=False never reads it: no memset launch per call
-        kernel, launch = _kernel(num_warps)
+        # USE_LIMIT=False never reads this argument (no memset launch per call); `after`, when given, rides here so
+        # that the launch depends on it
+        lim = limit if limit is not None else (after if after is not None else xin)
+        if traced:
+            kernel, launch = wrap_triton(_blocked_rowcol_kernel), {"num_warps": ROWCOL_NUM_WARPS}
+        else:
+            kernel, launch = _kernel(num_warps)
         grid = (triton.cdiv(MC, BM), triton.cdiv(K, BK), B)
         kernel[grid](
             xin, qr, sr, qc, sc, lim,
             M, K, MC, M * K, M * K, M * (K // 32), K * MC, K * (MC // 32),
             BM=BM, BK=BK, RB=row_block, RT=row_tile, CB=col_block, CT=col_tile, DO_ROW=do_row, DO_COL=do_col,
-            USE_LIMIT=limit is not None, HW_CAST=hw, IS_BF16=is_bf16, **launch,
+            USE_LIMIT=limit is not None, HW_CAST=hw, IS_BF16=is_bf16,
+            # every argument spelled out: inductor's launcher of a traced kernel takes no defaults
+            F32=False, sr0=0, sr1=0, sc0=0, sc1=0, **launch,
         )
     f8 = torch.float8_e4m3fn
     return qr.view(f8), sr, qc.view(f8), sc
@@ -234,15 +248,33 @@ def to_mxfp8_tiles_many(xs, tile: int = 128, hw_cast: bool | None = None, num_wa
     return out
 
 
+# Fixed launch configuration of the traced twin below (not autotuned, so that torch.compile writes the launch into
+# its generated code; the autotuner's two configs measured equal on the row copies and 8 warps 1.5x faster on the
+# weights' column copies: benchmarks/results/moe_kernels_mx_ab-nvidia-h100-2026-11-25-call1.log).
+ROWCOL_NUM_WARPS = 8
+
+
+@torch.library.triton_op("titan_fp8::mxfp8_blocked_rowcol_traced", mutates_args=())
+def _blocked_rowcol_traced_op(x3: torch.Tensor, limit: Optional[torch.Tensor], row_block: int, row_tile: int,
+                              col_block: int, col_tile: int, do_row: bool,
+                              do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, traced=True)
+
+
+# The same as an opaque custom op: torch.compile calls it through the dispatcher and Triton's Python launcher
+# (host time per call: the fused expert path's weight quantizations were ~0.2 ms each, benchmarks/results/
+# issue9_host_s16/call1_host_profile/). The interpreter cannot be traced through a triton op, so compiled code under
+# TRITON_INTERPRET=1 (CPU tests) uses this one.
 @torch.library.custom_op("titan_fp8::mxfp8_blocked_rowcol", mutates_args=())
 def _blocked_rowcol_op(x3: torch.Tensor, limit: Optional[torch.Tensor], row_block: int, row_tile: int,
-                       col_block: int, col_tile: int, do_row: bool,
-                       do_col: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col)
+                       col_block: int, col_tile: int, do_row: bool, do_col: bool,
+                       after: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                                       torch.Tensor]:
+    return _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, after=after)
 
 
 @_blocked_rowcol_op.register_fake
-def _(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col):
+def _(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, after=None):
     B, M, K = x3.shape
     MC = (M + 31) // 32 * 32
     f8, u8 = torch.float8_e4m3fn, torch.uint8
@@ -355,11 +387,15 @@ def to_mx128_blockwise(x: torch.Tensor, tile: bool, *, col_tile: bool | None = N
 def to_mxfp8_blocked_rowcol(x: torch.Tensor, *, row_block: int = 128, row_tile: int = 1, col_block: int = 128,
                             col_tile: int = 1, do_row: bool = True, do_col: bool = True,
                             limit: torch.Tensor | None = None, hw_cast: bool | None = None,
-                            num_warps: int | None = None):
+                            num_warps: int | None = None, after: torch.Tensor | None = None):
     """See the module docstring. Returns (row_data, row_scale, col_data, col_scale); a copy not asked for
     is None. row_tile / col_tile must be 1 or 128; blocks 32, 64 or 128. Under torch.compile it runs as the
-    custom op titan_fp8::mxfp8_blocked_rowcol (fake implementation included) unless hw_cast / num_warps are
-    forced; eagerly it launches directly."""
+    triton op titan_fp8::mxfp8_blocked_rowcol_traced (torch.compile writes its launch into the generated code;
+    the opaque custom op titan_fp8::mxfp8_blocked_rowcol under the interpreter or with `after`) unless hw_cast /
+    num_warps are forced; eagerly it launches directly. `after` (not with limit): a tensor (same device, never
+    read) the quantization must wait for: backward passes one of its own so that torch.compile cannot move a
+    quantization that depends only on a parameter into forward, or ahead in backward, and keep its float8 result
+    alive meanwhile."""
     who = "to_mxfp8_blocked_rowcol"
     if x.ndim not in (2, 3):
         raise ValueError(f"{who}: x must be [M, K] or [B, M, K], got shape {tuple(x.shape)}")
@@ -382,9 +418,14 @@ def to_mxfp8_blocked_rowcol(x: torch.Tensor, *, row_block: int = 128, row_tile: 
     if hw_cast is not None or num_warps is not None or not torch.compiler.is_compiling():
         # eager callers (FSDP2's pre-all-gather of the expert weights, twice per block and step) skip the custom
         # op's dispatch: the same function, less host time
-        out = _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast, num_warps)
+        out = _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast, num_warps, after)
+    elif TRACED_LAUNCH and after is None:
+        out = _blocked_rowcol_traced_op(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col)
     else:
-        out = _blocked_rowcol_op(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col)
+        # `after` needs the opaque op: inductor orders a traced kernel by what the kernel reads, and this one never
+        # reads `after` (it rode on an unread argument): it scheduled such a quantization ahead of the backward
+        # tensor it was meant to wait for (benchmarks/results/issue9_host_s16/call7_error_probe/)
+        out = _blocked_rowcol_op(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, after)
     qr, sr, qc, sc = out
     sq = (lambda t: t) if x.ndim == 3 else (lambda t: t.squeeze(0))
     return (sq(qr) if do_row else None, sq(sr) if do_row else None,

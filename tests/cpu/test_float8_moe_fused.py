@@ -22,6 +22,7 @@ from titan_fp8.float8.experts import (
     _f8_dgrad,
     _f8_fprop,
     _f8_wgrad,
+    dgrad_weight_operand,
     fused_experts,
     make_fused_spec,
     make_mxfp8_grouped_mm,
@@ -317,9 +318,9 @@ def test_kernel_path_compiles_fullgraph_interpreted():
 
 def test_compiled_kernel_path_keeps_no_float8_weight_for_backward():
     """Compiled, the mxfp8 kernel path saves activations for backward but no float8 copy of a weight: the dgrad
-    operand is quantized in backward (titan_fp8::mxfp8_dgrad_weight_operand, tied to a backward tensor), not
-    shared with forward's fprop operand by CSE or hoisted into forward by the partitioner (that kept 276 MB of
-    float8 weights alive at llama_moe). The op's fake implementation matches it."""
+    operand is quantized in backward (experts.dgrad_weight_operand: the quantizer op with `after`, a backward
+    tensor), not shared with forward's fprop operand by CSE or hoisted into forward by the partitioner (that kept
+    276 MB of float8 weights alive at llama_moe). The op's fake implementation matches it."""
     fused, x, w, _, plan, spec = _two_experts_kernel_path()
     x = x.requires_grad_()
     D2, H2, E2 = fused.dim, fused.hidden_dim, fused.num_experts
@@ -337,13 +338,16 @@ def test_compiled_kernel_path_keeps_no_float8_weight_for_backward():
     assert f8 and not [s for s in f8 if s in weight_shapes], f"float8 tensors saved for backward: {f8}"
     out.float().sum().backward()
     assert x.grad is not None and torch.isfinite(x.grad).all()
-    op = torch.ops.titan_fp8.mxfp8_dgrad_weight_operand.default
-    res = torch.library.opcheck(op, (fused.w2.detach(), torch.zeros(1)), test_utils=("test_schema", "test_faketensor"))
+    op = torch.ops.titan_fp8.mxfp8_blocked_rowcol.default
+    res = torch.library.opcheck(op, (fused.w2.detach(), None, 128, 1, 128, 128, False, True, torch.zeros(1)),
+                                test_utils=("test_schema", "test_faketensor"))
     assert all(v == "SUCCESS" for v in res.values()), res
+    with pytest.raises(ValueError, match="limit and after"):
+        op(fused.w2.detach(), torch.zeros(1, dtype=torch.int32), 128, 1, 128, 128, False, True, torch.zeros(1))
     # its bytes and scales are contract 1's dgrad operand, for every weight-tiled granularity
     wt = (torch.randn(2, 256, 384) * torch.logspace(-3, 3, 384)).to(torch.bfloat16)
     wt[0, 5, 7], wt[1, 200, 300] = 3e4, 1e-30
-    data, scale = op(wt, torch.zeros(1))
+    data, scale = dgrad_weight_operand(wt, torch.zeros(1))
     for gran in ("mx128", "mx32"):
         ops = expert_weight_operands(wt, "mxfp8", gran, which="bwd")
         assert torch.equal(data.view(torch.uint8), ops.bwd_data.view(torch.uint8)), gran

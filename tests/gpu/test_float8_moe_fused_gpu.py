@@ -71,14 +71,17 @@ def test_gpu_matches_emulated_twin_eager_and_compiled(recipe, gran):
 
 
 def test_dgrad_weight_operand_equals_contract_1():
-    """The compiled path's backward weight operand (titan_fp8::mxfp8_dgrad_weight_operand, W^T quantized directly)
-    equals contract 1's transposed fprop operand byte for byte on the GPU, at a llama_moe expert weight."""
+    """The compiled path's backward weight operand (experts.dgrad_weight_operand, W^T quantized directly; compiled,
+    through quant_triton's traced triton op) equals contract 1's transposed fprop operand byte for byte on the GPU,
+    at a llama_moe expert weight, eager and compiled."""
     from titan_fp8.float8.expert_weights import expert_weight_operands
     torch.manual_seed(0)
     w = (torch.randn(8, 4096, 2816, device="cuda") * torch.logspace(-3, 3, 2816, device="cuda")).to(torch.bfloat16)
     w[0, 5, 7], w[3, 200, 300] = 3e4, 1e-30
-    data, scale = torch.ops.titan_fp8.mxfp8_dgrad_weight_operand(w, w[:1, :1, :1])
-    for gran in ("mx128", "mx32"):
-        ops = expert_weight_operands(w, "mxfp8", gran, which="bwd")
-        assert torch.equal(data.view(torch.uint8), ops.bwd_data.view(torch.uint8)), gran
-        assert torch.equal(scale.transpose(1, 2), ops.bwd_scale), gran
+    from titan_fp8.float8.experts import dgrad_weight_operand
+    after = w[:1, :1, :1].clone()
+    for data, scale in (dgrad_weight_operand(w, after), torch.compile(dgrad_weight_operand)(w, after)):
+        for gran in ("mx128", "mx32"):
+            ops = expert_weight_operands(w, "mxfp8", gran, which="bwd")
+            assert torch.equal(data.view(torch.uint8), ops.bwd_data.view(torch.uint8)), gran
+            assert torch.equal(scale.transpose(1, 2), ops.bwd_scale), gran

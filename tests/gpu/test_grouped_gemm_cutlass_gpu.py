@@ -129,6 +129,59 @@ def test_fprop_cutlass_matches_triton_closely(ext, schedule):
     assert rel(a, b) < 4e-3
 
 
+def test_ops_resolve_the_schedule_per_call(ext, monkeypatch):
+    """The ops' C++ kernels (what a compiled graph calls) read $TITAN_FP8_CUTLASS_SCHEDULE on every call, as the
+    Python ops did: a new value reaches a graph already compiled; raster "auto" follows the call's shapes; a bad
+    value is a ValueError naming the variable, at the call."""
+    from kernels.grouped_gemm import cutlass_backend as cb
+    from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
+    monkeypatch.delenv("TITAN_FP8_CUTLASS_SCHEDULE", raising=False)
+    ad, as_, wd, ws, offs = fprop_operands([512, 129, 0, 1024], 1024, 768, seed=5)
+    f = torch.compile(lambda a, w: mxfp8_grouped_mm_fprop(a, as_, w, ws, offs, block=128, w_tile=128,
+                                                          backend="cutlass", validate=False), fullgraph=True)
+    ref = f(ad, wd)
+    m_tiles, n_tiles = ad.shape[0] / 4 / 128, 768 / 128
+    assert ext.last_config() == cb.schedule_id("fprop", m_tiles, n_tiles)
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fprop=cooperative_1x1:along_n:swizzle=2")
+    assert torch.equal(f(ad, wd), ref)  # same tiles, same order inside each: bit for bit
+    assert ext.last_config() == 3 | 16 | (1 << 8)
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fprop=fast")
+    with pytest.raises(ValueError, match="TITAN_FP8_CUTLASS_SCHEDULE"):
+        f(ad, wd)
+    monkeypatch.delenv("TITAN_FP8_CUTLASS_SCHEDULE")
+    assert torch.equal(f(ad, wd), ref)
+
+
+@pytest.mark.parametrize("case,want", [("cutlass_op_bad_pass_eager", "ValueError"),
+                                       ("cutlass_op_1d_operand_eager", "IndexError"),
+                                       ("cutlass_op_carveout_eager", "no exception"),
+                                       ("cutlass_op_carveout_compiled", "no exception"),
+                                       ("cutlass_pybind_carveout", "no exception")])
+def test_op_errors_reach_python(ext, case, want):
+    """Errors thrown from the ops' C++ kernels (a bad pass name, an operand of the wrong rank) reach Python as
+    exceptions, not a crash; an SM carve-out leaving fewer than 2 SMs, which the Python wrappers reject, runs on one
+    2-CTA cluster when it reaches the kernels anyway (raw op, eager and compiled, and the pybind call): throwing it
+    there crashed the process on the GPU image. Each call runs in a subprocess (benchmarks/op_error_probe.py's
+    cases), so a crash fails this test and nothing else."""
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    spec = importlib.util.spec_from_file_location("op_error_probe", os.path.join(root, "benchmarks",
+                                                                                 "op_error_probe.py"))
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    code = probe.WRAP.format(body=textwrap.indent(probe.CASES[case].strip("\n"), "    "))
+    p = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([root, os.environ.get("PYTHONPATH", "")])))
+    got = [ln for ln in p.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert p.returncode == 0 and got, f"{case}: returncode {p.returncode}, stderr tail: {p.stderr[-800:]}"
+    assert got[-1].startswith(f"RESULT {want}"), got[-1]
+    assert "carveout" not in case or "ran on one cluster, equal: True" in p.stdout, p.stdout
+
+
 def test_sm_carveout_changes_no_bit(ext):
     """torch's SM carve-out ([comm] matmul_sm_carveout) shrinks the persistent grid: the same tiles are computed
     by other CTAs, in the same order inside a tile, so the result is bit-identical (also at an odd SM count, which
@@ -187,11 +240,12 @@ def test_wgrad_cutlass(ext, schedule, sizes):
 
 
 def test_fused_dgrad_in_parts_equals_one_launch(ext):
-    """titan_fp8.float8.experts._dgrad_in_parts_op (w13's dgrad over halves of the experts, each quantizing its
-    own W^T) against the one-launch dgrad on the whole W^T operand: bit for bit, awkward group sizes, padding."""
+    """titan_fp8.float8.experts.dgrad_in_parts (the op running w13's dgrad over parts of the experts, each quantizing
+    its own W^T), eager and compiled, against the one-launch dgrad on the whole W^T operand: bit for bit, awkward
+    group sizes, padding."""
     from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad
     from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-    from titan_fp8.float8.experts import _dgrad_in_parts_op
+    from titan_fp8.float8.experts import dgrad_in_parts
     torch.manual_seed(3)
     sizes = [0, 1, 31, 33, 127, 129, 1000, 0, 2561]  # 9 experts: parts of 4 and 5, and of 3
     offs = offs_of(sizes)
@@ -202,10 +256,12 @@ def test_fused_dgrad_in_parts_equals_one_launch(ext):
     wtd, wts = to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:]
     one = mxfp8_grouped_mm_dgrad(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=128, w_tile=128,
                                  validate=False, backend="cutlass")
+    compiled = torch.compile(dgrad_in_parts, fullgraph=True)
     for parts in (2, 3):
-        poison_allocator(M * K * 2)
-        got = _dgrad_in_parts_op(dq, ds, w, offs, parts)
-        assert torch.equal(got.view(torch.int16), one.view(torch.int16)), f"{parts} parts"
+        for f, how in ((dgrad_in_parts, "eager"), (compiled, "compiled")):
+            poison_allocator(M * K * 2)
+            got = f(dq, ds, w, offs, parts)
+            assert torch.equal(got.view(torch.int16), one.view(torch.int16)), f"{parts} parts, {how}"
 
 
 def test_wgrad_lpt_scheduler_matches_static_bit_for_bit(ext, monkeypatch):

@@ -66,7 +66,8 @@ from titan_fp8.models.moe import GroupedExperts, _row_group
 from . import expert_weights
 
 __all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm", "MOE_RECIPES",
-           "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts"]
+           "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts", "dgrad_weight_operand",
+           "dgrad_in_parts"]
 
 
 class Granularity(NamedTuple):
@@ -492,56 +493,59 @@ def _gemm_backend(spec: FusedSpec) -> dict:
     return {"backend": spec.backend}
 
 
-@torch.library.custom_op("titan_fp8::mxfp8_dgrad_weight_operand", mutates_args=())
-def _dgrad_weight_op(w: Tensor, after: Tensor) -> tuple[Tensor, Tensor]:
-    """W^T [E, K, N] quantized along N in 128 x 128 tiles (+ scales [E, K, N/32], each 1x32 block carrying its
-    tile's): the same bytes and scales as contract 1's transposed fprop operand (mx128 and mx32 alike). `after` is
-    not read: it ties the op to backward (see _weight)."""
-    return _dgrad_operand(w)
-
-
-def _dgrad_operand(w: Tensor) -> tuple[Tensor, Tensor]:
-    """W^T [E, K, N] float8 in 128 x 128 tiles along N and its scales [E, K, N/32] (one read of w)."""
+def dgrad_weight_operand(w: Tensor, after: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """W^T [E, K, N] float8 in 128 x 128 tiles along N and its scales [E, K, N/32] (each 1x32 block carrying its
+    tile's), from one read of w: the same bytes and scales as contract 1's transposed fprop operand (mx128 and mx32
+    alike). `after` (compiled backward): a backward tensor the quantization waits for, never read (see _weight).
+    Compiled on the GPU its launch is written into the generated code (quant_triton's traced triton op): no
+    custom-op dispatch or Python launcher per step."""
     from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-    return tuple(to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:])
+    return tuple(to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False, after=after)[2:])
 
 
-@_dgrad_weight_op.register_fake
-def _(w, after):
-    E, N, K = w.shape
-    return w.new_empty((E, K, N), dtype=torch.float8_e4m3fn), w.new_empty((E, K, N // 32), dtype=torch.uint8)
-
-
-DGRAD_PARTS = 2  # w13's dgrad in this many launches over the experts (see _dgrad_in_parts)
+DGRAD_PARTS = 2  # an expert weight's dgrad in this many launches over the experts (see _dgrad_in_parts)
 
 
 @torch.library.custom_op("titan_fp8::mxfp8_dgrad_in_parts", mutates_args=())
-def _dgrad_in_parts_op(dq: Tensor, ds: Tensor, w: Tensor, offs: Tensor, parts: int) -> Tensor:
-    """dx = dq @ w[e] per group, w [E, N, K] bf16, run over the experts in `parts` CUTLASS launches into one
+def dgrad_in_parts(dq: Tensor, ds: Tensor, w: Tensor, offs: Tensor, parts: int) -> Tensor:
+    """dx = dq @ w[e] per group (mx128, CUTLASS), w [E, N, K] bf16, run over the experts in `parts` launches into one
     output, each with only its experts' float8 W^T (quantized right before, freed right after): the float8 W13^T
     is the largest transient of the fused backward (176 MiB at llama_moe, which put the mx128 layer's peak over
-    bf16's), and one op around the parts keeps the compiled graph from holding them all at once."""
+    bf16's).
+
+    One opaque op around the parts, so a compiled graph cannot hold them all at once. Traced instead (each part's
+    quantizer a triton op waiting on the previous part's output, the GEMM the CUTLASS op), inductor kept both
+    parts' operands alive together: the llama_moe mx128 layer's peak went from 0.96 to 1.14 GiB
+    (benchmarks/results/issue9_host_s16/call5_prep_traced_parts/). Inside, the quantizer is a fixed Triton launch
+    (no autotuner) and the GEMM the CUTLASS op's C++ kernel (no nested Python op). The fused backward runs w2's
+    dgrad through it too (see _dgrad_in_parts)."""
+    from kernels.grouped_gemm import cutlass_backend
+    from kernels.grouped_gemm.quant_triton import ROWCOL_NUM_WARPS, to_mxfp8_blocked_rowcol
     E = w.shape[0]
     out = dq.new_empty((dq.shape[0], w.shape[2]), dtype=torch.bfloat16)
     bounds = [E * i // parts for i in range(parts + 1)]
     for g0, g1 in zip(bounds[:-1], bounds[1:]):
         if g1 == g0:
             continue
-        wtd, wts = _dgrad_operand(w[g0:g1])
-        mxfp8_grouped_mm_dgrad(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, torch.bfloat16, block=128,
-                               w_tile=128, validate=False, backend="cutlass", out=out, first_group=g0)
+        wtd, wts = to_mxfp8_blocked_rowcol(w[g0:g1], col_block=128, col_tile=128, do_row=False,
+                                           num_warps=ROWCOL_NUM_WARPS)[2:]
+        cutlass_backend.dgrad_into(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, out, g0)
         del wtd, wts
     return out
 
 
-@_dgrad_in_parts_op.register_fake
+@dgrad_in_parts.register_fake
 def _(dq, ds, w, offs, parts):
     return dq.new_empty((dq.shape[0], w.shape[2]), dtype=torch.bfloat16)
 
 
 def _dgrad_in_parts(dq, ds, w: Tensor, offs, spec: FusedSpec, out_dtype) -> Tensor | None:
-    """w13's dgrad through _dgrad_in_parts_op where it applies (compiled, a plain mx128 weight whose dgrad runs on
-    CUTLASS with bf16 output, as _weight's backward operand), else None (the caller runs the one-launch dgrad)."""
+    """An expert weight's dgrad (w2's, then w13's) through the dgrad_in_parts op where it applies (compiled, a plain
+    mx128 weight whose dgrad runs on CUTLASS with bf16 output), else None (the caller runs the one-launch dgrad with
+    _weight's backward operand). The op quantizes W^T itself, after dq exists: it is an input of the op. A traced
+    quantizer tied to dq only through a kernel argument it never reads was scheduled by inductor BEFORE
+    combine_backward (W2^T alive at backward's start: dsv3_layer mx128 peak 1.70 -> 1.82 GiB,
+    benchmarks/results/issue9_host_s16/call7_error_probe/)."""
     if not (DGRAD_PARTS > 1 and w.shape[0] >= 2 and spec.recipe == "mxfp8" and not spec.emulated
             and out_dtype == torch.bfloat16 and type(w) in (Tensor, torch.nn.Parameter)
             and torch.compiler.is_compiling()):
@@ -553,7 +557,7 @@ def _dgrad_in_parts(dq, ds, w: Tensor, offs, spec: FusedSpec, out_dtype) -> Tens
     if pick_backend("fused experts dgrad", "dgrad", spec.backend, dq, g.block, g.weight_tile, w.shape[1],
                     w.shape[2], out_dtype) != "cutlass":
         return None
-    return _dgrad_in_parts_op(dq, ds, w.detach(), offs, DGRAD_PARTS)
+    return dgrad_in_parts(dq, ds, w.detach(), offs, DGRAD_PARTS)
 
 
 def _weight(w: Tensor, spec: FusedSpec, which: str, after: Tensor | None = None):
@@ -563,7 +567,7 @@ def _weight(w: Tensor, spec: FusedSpec, which: str, after: Tensor | None = None)
     moved there) and keep it alive for backward: 276 MB of float8 weights at llama_moe, over bf16's peak."""
     if (after is not None and spec.recipe == "mxfp8" and spec.g.weight_tile == 128 and not spec.emulated
             and type(w) in (Tensor, torch.nn.Parameter) and torch.compiler.is_compiling()):
-        wtd, wts = _dgrad_weight_op(w.detach(), after)
+        wtd, wts = dgrad_weight_operand(w.detach(), after)
         return wtd, wts.transpose(1, 2)
     ops = expert_weights.expert_weight_operands(w, spec.recipe, spec.granularity, which=which)
     return (ops.fwd_data, ops.fwd_scale) if which == "fwd" else (ops.bwd_data, ops.bwd_scale)
@@ -594,7 +598,9 @@ class _FusedExperts(torch.autograd.Function):
         # operands are dropped after their last use (under torch.compile the graph frees them there anyway).
         dyq, dys, dytq, dyts, dweights = combine_backward(dout, y, pos, weights, src, offs, spec)
         del y, dout
-        da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd", after=dyq), offs, spec, grad_dtype)
+        da = _dgrad_in_parts(dyq, dys, w2, offs, spec, grad_dtype)
+        if da is None:
+            da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd", after=dyq), offs, spec, grad_dtype)
         del dyq, dys
         dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if ctx.needs_input_grad[3] else None
         del dytq, dyts, atq, ats

@@ -2,9 +2,15 @@
 // allocator, launch on the current stream. Shape/dtype checks with names live in Python
 // (kernels/grouped_gemm/cutlass_backend.py); the TORCH_CHECKs here only guard the raw-pointer contract.
 #include <torch/extension.h>
+#include <torch/library.h>
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <string>
 
 #include "grouped_problem.h"
 
@@ -17,6 +23,25 @@ int sm_count_of(int device) {
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
   if (device < 64) cached[device] = n;
   return n;
+}
+
+// SMs the persistent grid may use: all, less torch's SM carve-out (torch._C._set_sm_carveout_experimental, [comm]
+// matmul_sm_carveout), which, like torch's own persistent GEMMs, leaves that many SMs free so NCCL's CTAs run beside
+// this kernel; rounded down to whole 2-CTA clusters (an odd count, or one SM, fails inside CUTLASS with "Error
+// Internal"), and never below one cluster. A carve-out leaving fewer than 2 SMs is an error the callers raise
+// before they get here: [comm] matmul_sm_carveout is checked at start-up ([0, 64]) and cutlass_backend's wrappers
+// raise ValueError for an eager call. Not thrown here: on the GPU image (torch 2.11) throwing that error from this
+// function crashed the process, eager and compiled, op or pybind call alike, while other errors thrown from the same
+// op kernels reached Python (benchmarks/op_error_probe.py, benchmarks/results/issue9_host_s16/call7_error_probe/;
+// not understood). A compiled graph run under such a carve-out, set later through torch's private API, uses one
+// cluster.
+int grid_sms(int device) {
+  int sm = sm_count_of(device);
+  if (auto carveout = at::globalContext()._SMCarveout_EXPERIMENTAL(); carveout.has_value()) {
+    int left = sm - std::max<int>(*carveout, 0);
+    sm = left < 2 ? 2 : left / 2 * 2;
+  }
+  return sm;
 }
 
 using ScratchFn = size_t (*)(const titan_mx::GroupedProblem&, int);
@@ -43,15 +68,7 @@ void launch(titan_mx::GroupedProblem& p, const torch::Tensor& like, bool f32, in
               "cutlass mx128: kernel config ", config, " unknown");
   p.raster_along_n = int((config >> 4) & 1);
   p.max_swizzle = 1 << swizzle_log2;
-  // torch's SM carve-out (torch._C._set_sm_carveout_experimental, [comm] matmul_sm_carveout): like torch's own
-  // persistent GEMMs, leave that many SMs free so NCCL's CTAs run beside this persistent kernel. The grid stays
-  // a whole number of 2-CTA clusters (an odd count, or one SM, fails inside CUTLASS with "Error Internal").
-  int sm = sm_count_of(like.get_device());
-  if (auto carveout = at::globalContext()._SMCarveout_EXPERIMENTAL(); carveout.has_value()) {
-    TORCH_CHECK(*carveout >= 0 && sm - *carveout >= 2, "cutlass mx128: an SM carve-out of ", *carveout,
-                " leaves fewer than 2 of this GPU's ", sm, " SMs");
-    sm = (sm - *carveout) / 2 * 2;
-  }
+  int sm = grid_sms(like.get_device());
   size_t bytes = kScratch[sched][f32](p, sm);
   auto scratch = torch::empty({int64_t(bytes)}, like.options().dtype(torch::kUInt8));
   auto stream = c10::cuda::getCurrentCUDAStream(like.get_device()).stream();
@@ -119,7 +136,135 @@ void grouped_red(torch::Tensor x, torch::Tensor sx, torch::Tensor y, torch::Tens
   launch(p, x, out.scalar_type() == torch::kFloat32, config);
 }
 
+// ------------------------------------------------------------------------------------------ the torch ops
+// CUDA kernels of the ops kernels/grouped_gemm/cutlass_backend.py defines (titan_fp8::mx128_grouped_mm_*_cutlass):
+// a compiled graph calls them through the dispatcher straight into C++, with no Python per call. As Python custom ops
+// they cost ~80 us of host time a call, ~40 of it the C++ below (then five launches a call, now two: ~27 us);
+// as these ops ~30 us (benchmarks/results/issue9_host_s16/, NOTE.md).
+// The kernel configuration is resolved per call, as the Python ops did: $TITAN_FP8_CUTLASS_SCHEDULE is read on each
+// call, and whenever its value differs from the last one seen, the Python resolver cutlass_backend registered
+// (set_schedule_resolver) turns it into (kernel/swizzle bits, raster) per pass; raster "auto" picks along N where a
+// group's output has more row tiles than column tiles (cutlass_backend.config_id's rule).
+namespace {
+
+std::mutex g_schedule_mu;
+bool g_schedule_ready = false;
+std::string g_schedule_env;
+int64_t g_schedule_bits[3] = {0, 0, 0};
+int64_t g_schedule_raster[3] = {0, 0, 0};  // 0 auto, 1 along M, 2 along N
+int64_t g_last_config = -1;
+py::object* g_resolver = nullptr;  // never freed: no Python object is destroyed after the interpreter exits
+
+int pass_index(c10::string_view pass) {
+  if (pass == "fprop") return 0;
+  if (pass == "dgrad") return 1;
+  if (pass == "wgrad") return 2;
+  TORCH_CHECK_VALUE(false, "cutlass mx128: pass '", std::string(pass), "' unknown; allowed: fprop, dgrad, wgrad");
+  return -1;
+}
+
+int64_t call_config(c10::string_view pass, double m_tiles, double n_tiles) {
+  int i = pass_index(pass);
+  const char* e = std::getenv("TITAN_FP8_CUTLASS_SCHEDULE");
+  std::string env = e ? e : "";
+  int64_t bits = 0, raster = 0;
+  bool hit = false;
+  {
+    std::lock_guard<std::mutex> lock(g_schedule_mu);
+    if (g_schedule_ready && env == g_schedule_env) {
+      bits = g_schedule_bits[i];
+      raster = g_schedule_raster[i];
+      hit = true;
+    }
+  }
+  if (!hit) {
+    int64_t b3[3], r3[3];
+    {
+      // the lock is not held here: a thread holding the GIL may be waiting for it (the ops hold the GIL already;
+      // this keeps call_config safe for any caller)
+      py::gil_scoped_acquire gil;
+      TORCH_CHECK(g_resolver != nullptr, "cutlass mx128: no schedule resolver registered (cutlass_backend.load() "
+                  "registers it)");
+      try {
+        py::tuple t = (*g_resolver)(env);
+        for (int k = 0; k < 3; ++k) {
+          py::tuple pr = t[k].cast<py::tuple>();
+          b3[k] = pr[0].cast<int64_t>();
+          r3[k] = pr[1].cast<int64_t>();
+        }
+      } catch (py::error_already_set& err) {
+        std::string msg = err.what();
+        TORCH_CHECK_VALUE(false, msg);
+      }
+    }
+    std::lock_guard<std::mutex> lock(g_schedule_mu);
+    std::copy(b3, b3 + 3, g_schedule_bits);
+    std::copy(r3, r3 + 3, g_schedule_raster);
+    g_schedule_env = env;
+    g_schedule_ready = true;
+    bits = b3[i];
+    raster = r3[i];
+  }
+  if (raster == 2 || (raster == 0 && m_tiles > n_tiles)) bits |= 16;
+  g_last_config = bits;
+  return bits;
+}
+
+// The op kernels hold the GIL (torch releases it around an op called from Python), as call_config needs it on a
+// miss anyway and errors raised under it reach Python (benchmarks/op_error_probe.py); taking an uncontended GIL
+// costs well under a microsecond of the ~25 us of host time these kernels take.
+void rows_into_op(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b, const at::Tensor& sb,
+                  const at::Tensor& offs, const at::Tensor& out, int64_t first_group, c10::string_view pass) {
+  py::gil_scoped_acquire gil;
+  if (out.numel() == 0) return;
+  if (a.size(1) == 0 || offs.numel() == 0) {
+    out.zero_();
+    return;
+  }
+  int64_t config = call_config(pass, double(a.size(0)) / double(std::max<int64_t>(offs.size(0), 1)) / 128.0,
+                               double(b.size(1)) / 128.0);
+  grouped_rows(a, sa, b, sb, offs, out, config, first_group);
+}
+
+at::Tensor rows_op(const at::Tensor& a, const at::Tensor& sa, const at::Tensor& b, const at::Tensor& sb,
+                   const at::Tensor& offs, c10::string_view pass) {
+  py::gil_scoped_acquire gil;
+  auto out = at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kBFloat16));
+  rows_into_op(a, sa, b, sb, offs, out, 0, pass);
+  return out;
+}
+
+at::Tensor red_op(const at::Tensor& x, const at::Tensor& sx, const at::Tensor& y, const at::Tensor& sy,
+                  const at::Tensor& offs, at::ScalarType out_dtype, c10::string_view pass) {
+  py::gil_scoped_acquire gil;
+  auto out = at::empty({offs.size(0), x.size(0), y.size(0)}, x.options().dtype(out_dtype));
+  if (out.numel() == 0) return out;
+  if (x.size(1) == 0) return out.zero_();
+  grouped_red(x, sx, y, sy, offs, out, call_config(pass, double(x.size(0)) / 128.0, double(y.size(0)) / 128.0));
+  return out;
+}
+
+void set_schedule_resolver(py::object fn) {
+  {
+    std::lock_guard<std::mutex> lock(g_schedule_mu);
+    g_schedule_ready = false;
+  }
+  if (g_resolver == nullptr) g_resolver = new py::object();
+  *g_resolver = std::move(fn);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(titan_fp8, CUDA, m) {
+  m.impl("mx128_grouped_mm_rows_cutlass", &rows_op);
+  m.impl("mx128_grouped_mm_rows_into_cutlass", &rows_into_op);
+  m.impl("mx128_grouped_mm_wgrad_cutlass", &red_op);
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("grouped_rows", &grouped_rows, "mx128 grouped GEMM, groups along rows (fprop/dgrad), bf16 out");
   m.def("grouped_red", &grouped_red, "mx128 grouped GEMM, groups along the reduction (wgrad), fp32 or bf16 out");
+  m.def("set_schedule_resolver", &set_schedule_resolver,
+        "fn(env: str) -> ((bits, raster) for fprop, dgrad, wgrad): resolves $TITAN_FP8_CUTLASS_SCHEDULE for the ops");
+  m.def("last_config", [] { return g_last_config; }, "the configuration int the last op call launched with (tests)");
 }

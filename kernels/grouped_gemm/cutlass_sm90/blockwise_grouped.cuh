@@ -74,9 +74,13 @@ __device__ __forceinline__ int group_of(const int32_t* offs, int E, int64_t m) {
   return lo;
 }
 
+// The prep work of a call is ONE launch (prep_kernel below): its blocks split into consecutive ranges, one per task,
+// so a call costs two launches (prep + GEMM) rather than five (each launch is host time and a gap on the stream).
+// Every task only reads offs, the E8M0 scales and the problem; none reads what another writes.
+
 // kRows, A scales: thread per row; for each 128-block kb writes SFA_g[kb][m - start] (coalesced across rows)
-static __global__ void sfa_rows_kernel(GroupedProblem p, float* sfa) {
-  int64_t m = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+static __device__ __forceinline__ void sfa_rows(const GroupedProblem& p, float* sfa, int64_t block) {
+  int64_t m = block * blockDim.x + threadIdx.x;
   if (p.groups == 0 || m >= p.M || m >= p.offs[p.groups - 1] || m < group_start(p, 0)) return;
   int g = group_of(p.offs, p.groups, m);
   int64_t start = group_start(p, g);
@@ -88,79 +92,85 @@ static __global__ void sfa_rows_kernel(GroupedProblem p, float* sfa) {
 }
 
 // kRows, B scales: SFB_e[kb][cb] = sb[e, cb * 128, kb * 4]
-static __global__ void sfb_rows_kernel(GroupedProblem p, float* sfb, int64_t cb_n, int64_t rb) {
-  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  int64_t total = int64_t(p.groups) * rb * cb_n;
-  if (i >= total) return;
+static __device__ __forceinline__ void sfb_rows(const GroupedProblem& p, float* sfb, int64_t cb_n, int64_t block) {
+  int64_t i = block * blockDim.x + threadIdx.x;
+  int64_t rb = p.R / 128;
+  if (i >= int64_t(p.groups) * rb * cb_n) return;
   int64_t cb = i % cb_n, kb = (i / cb_n) % rb, e = i / (cb_n * rb);
   sfb[i] = e8m0_to_float(p.sb[e * p.sb_s0 + cb * 128 * p.sb_s1 + kb * 4 * p.sb_s2]);
 }
 
 // kRed, A scales: SFA[tb][r] = sa[r, tb * 4] for every 128-token block tb (group g reads from tb = start / 128)
-static __global__ void sfa_red_kernel(GroupedProblem p, float* sfa, int64_t tb_n) {
-  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+static __device__ __forceinline__ void sfa_red(const GroupedProblem& p, float* sfa, int64_t tb_n, int64_t block) {
+  int64_t i = block * blockDim.x + threadIdx.x;
   if (i >= tb_n * p.rows) return;
   int64_t r = i % p.rows, tb = i / p.rows;
   sfa[i] = e8m0_to_float(p.sa[r * p.sa_s0 + tb * 4 * p.sa_s1]);
 }
 
 // kRed, B scales (128 x 128 tiles): SFB[tb][cb] = sb[cb * 128, tb * 4]
-static __global__ void sfb_red_kernel(GroupedProblem p, float* sfb, int64_t tb_n, int64_t cb_n) {
-  int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+static __device__ __forceinline__ void sfb_red(const GroupedProblem& p, float* sfb, int64_t tb_n, int64_t cb_n,
+                                               int64_t block) {
+  int64_t i = block * blockDim.x + threadIdx.x;
   if (i >= tb_n * cb_n) return;
   int64_t cb = i % cb_n, tb = i / cb_n;
   sfb[i] = e8m0_to_float(p.sb[cb * 128 * p.sb_s1 + tb * 4 * p.sb_s2]);
 }
 
-// The two zero-fill kernels below run on every call but have work only in rare cases (padding rows, empty
-// experts), which the host cannot see without a sync. Their grids are therefore small and fixed (kZeroBlocks
-// blocks per group at most), each block striding over its rows: a grid sized for the whole output was thousands
-// of blocks that only read offs and exit (up to ~50 us a call inside a training step).
+// The two zero-fill tasks below run on every call but have work only in rare cases (padding rows, empty
+// experts), which the host cannot see without a sync. They therefore get few, fixed blocks (kZeroBlocks per
+// group at most), each striding over its rows: a grid sized for the whole output was thousands of blocks that
+// only read offs and exit (up to ~50 us a call inside a training step).
 constexpr int64_t kZeroBlocks = 64;
 
-// Output rows at or after offs[E-1] (kRows): zeros. Block b takes rows lim + b, lim + b + gridDim.x, ...
+// Output rows at or after offs[E-1] (kRows): zeros. Block b of n takes rows lim + b, lim + b + n, ...
 template <class T>
-__global__ void zero_tail_rows_kernel(GroupedProblem p) {
+__device__ __forceinline__ void zero_tail_rows(const GroupedProblem& p, int64_t block, int64_t n) {
   int64_t lim = p.groups ? p.offs[p.groups - 1] : 0;
   T* out = static_cast<T*>(p.out);
-  for (int64_t r = lim + blockIdx.x; r < p.M; r += gridDim.x)
+  for (int64_t r = lim + block; r < p.M; r += n)
     for (int64_t c = threadIdx.x; c < p.C; c += blockDim.x) out[r * p.ldo + c] = T(0);
 }
 
-// Empty groups (kRed): dW[e] = 0. grid (chunks, E); blocks of non-empty groups exit at once.
+// Empty groups (kRed): dW[e] = 0, chunk `chunk` of `chunks` blocks per group; non-empty groups return at once.
 template <class T>
-__global__ void zero_empty_groups_kernel(GroupedProblem p) {
-  int e = blockIdx.y;
+__device__ __forceinline__ void zero_empty_group(const GroupedProblem& p, int e, int64_t chunk, int64_t chunks) {
   int64_t start = group_start(p, e);
   if (p.offs[e] - start != 0) return;
   T* out = static_cast<T*>(p.out) + int64_t(e) * p.out_group_stride;
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x)
+  for (int64_t r = chunk; r < p.rows; r += chunks)
     for (int64_t c = threadIdx.x; c < p.C; c += blockDim.x) out[r * p.ldo + c] = T(0);
 }
 
-// Per-group CUTLASS arguments. One thread per group. With lpt (kernel "cooperative_lpt", kRed) group e's arguments
-// go to slot rank(e) = the number of groups with more tokens (ties: lower index first), so CUTLASS walks the
-// groups longest reduction first (lpt_group_scheduler.h); the same launch zeroes that scheduler's workspace.
+// Per-group CUTLASS arguments: thread e of the task's blocks (n_threads in all) handles group e. With lpt (kernel
+// "cooperative_lpt", kRed) group e's arguments go to slot rank(e) = the number of groups with more tokens (ties:
+// lower index first), so CUTLASS walks the groups longest reduction first (lpt_group_scheduler.h); the same task
+// zeroes that scheduler's workspace.
 template <class Shape3, class EA, class EB, class ED, class SA, class SB, class SD>
-__global__ void build_args_kernel(GroupedProblem p, const float* sfa, const float* sfb, int64_t cb_n,
-                                  Shape3* shapes, const EA** pa, const EB** pb, ED** pd, const float** psfa,
-                                  const float** psfb, SA* sta, SB* stb, SD* std_, bool lpt,
-                                  unsigned long long* sched_ws, int64_t sched_ws_words) {
-  int e = blockIdx.x * blockDim.x + threadIdx.x;
-  for (int64_t i = e; i < sched_ws_words; i += int64_t(gridDim.x) * blockDim.x) sched_ws[i] = 0;
-  if (e >= p.groups) return;
-  auto len = [&](int g) {
-    int64_t n = p.offs[g] - group_start(p, g);
+struct GroupArgs {
+  Shape3* shapes; const EA** pa; const EB** pb; ED** pd; const float** psfa; const float** psfb;
+  SA* sta; SB* stb; SD* std_; unsigned long long* sched_ws; int64_t sched_ws_words; bool lpt;
+};
+
+template <class Shape3, class EA, class EB, class ED, class SA, class SB, class SD>
+__device__ __forceinline__ void build_group_args(const GroupedProblem& p, const float* sfa, const float* sfb,
+                                                 int64_t cb_n, const GroupArgs<Shape3, EA, EB, ED, SA, SB, SD>& g,
+                                                 int64_t e64, int64_t n_threads) {
+  for (int64_t i = e64; i < g.sched_ws_words; i += n_threads) g.sched_ws[i] = 0;
+  if (e64 >= p.groups) return;
+  int e = int(e64);
+  auto len = [&](int k) {
+    int64_t n = p.offs[k] - group_start(p, k);
     return n < 0 ? int64_t(0) : n;  // malformed offs: no work rather than a wild pointer (the caller validates offs)
   };
   int64_t start = group_start(p, e);
   int64_t n = len(e);
   int slot = e;
-  if (lpt && p.mode == kRed) {
+  if (g.lpt && p.mode == kRed) {
     slot = 0;
-    for (int g = 0; g < p.groups; ++g) {
-      int64_t ng = len(g);
-      slot += (ng > n) || (ng == n && g < e);
+    for (int k = 0; k < p.groups; ++k) {
+      int64_t nk = len(k);
+      slot += (nk > n) || (nk == n && k < e);
     }
   }
   const EA* a = static_cast<const EA*>(p.a);
@@ -168,26 +178,55 @@ __global__ void build_args_kernel(GroupedProblem p, const float* sfa, const floa
   ED* out = static_cast<ED*>(p.out);
   if (p.mode == kRows) {
     int64_t rb = p.R / 128;
-    shapes[slot] = cute::make_shape(int(n), int(p.C), int(p.R));
-    pa[slot] = a + start * p.lda;
-    pb[slot] = b + e * p.b_group_stride;
-    pd[slot] = out + start * p.ldo;
-    psfa[slot] = sfa + rb * start;
-    psfb[slot] = sfb + int64_t(e) * rb * cb_n;
+    g.shapes[slot] = cute::make_shape(int(n), int(p.C), int(p.R));
+    g.pa[slot] = a + start * p.lda;
+    g.pb[slot] = b + e * p.b_group_stride;
+    g.pd[slot] = out + start * p.ldo;
+    g.psfa[slot] = sfa + rb * start;
+    g.psfb[slot] = sfb + int64_t(e) * rb * cb_n;
   } else {
-    shapes[slot] = cute::make_shape(n > 0 ? int(p.rows) : 0, int(p.C), int(n));
-    pa[slot] = a + start;
-    pb[slot] = b + start;
-    pd[slot] = out + e * p.out_group_stride;
-    psfa[slot] = sfa + (start / 128) * p.rows;
-    psfb[slot] = sfb + (start / 128) * cb_n;
+    g.shapes[slot] = cute::make_shape(n > 0 ? int(p.rows) : 0, int(p.C), int(n));
+    g.pa[slot] = a + start;
+    g.pb[slot] = b + start;
+    g.pd[slot] = out + e * p.out_group_stride;
+    g.psfa[slot] = sfa + (start / 128) * p.rows;
+    g.psfb[slot] = sfb + (start / 128) * cb_n;
   }
-  sta[slot] = SA{};
-  cute::get<0>(sta[slot]) = p.lda;
-  stb[slot] = SB{};
-  cute::get<0>(stb[slot]) = p.ldb;
-  std_[slot] = SD{};
-  cute::get<0>(std_[slot]) = p.ldo;
+  g.sta[slot] = SA{};
+  cute::get<0>(g.sta[slot]) = p.lda;
+  g.stb[slot] = SB{};
+  cute::get<0>(g.stb[slot]) = p.ldb;
+  g.std_[slot] = SD{};
+  cute::get<0>(g.std_[slot]) = p.ldo;
+}
+
+// Blocks per task of one prep launch, in launch order (zero_chunks: kRed's blocks per group in the zero task).
+struct PrepGrid {
+  int64_t sfa = 0, sfb = 0, zero = 0, zero_chunks = 0, args = 0;
+  int64_t total() const { return sfa + sfb + zero + args; }
+};
+
+template <class Shape3, class EA, class EB, class ED, class SA, class SB, class SD>
+__global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* sfb, int64_t cb_n, int64_t tb_n,
+                            GroupArgs<Shape3, EA, EB, ED, SA, SB, SD> args) {
+  int64_t b = blockIdx.x;  // uniform over the block: every thread of a block takes the same task
+  if (b < grid.sfa) {
+    if (p.mode == kRows) sfa_rows(p, sfa, b); else sfa_red(p, sfa, tb_n, b);
+    return;
+  }
+  b -= grid.sfa;
+  if (b < grid.sfb) {
+    if (p.mode == kRows) sfb_rows(p, sfb, cb_n, b); else sfb_red(p, sfb, tb_n, cb_n, b);
+    return;
+  }
+  b -= grid.sfb;
+  if (b < grid.zero) {
+    if (p.mode == kRows) zero_tail_rows<ED>(p, b, grid.zero);
+    else zero_empty_group<ED>(p, int(b / grid.zero_chunks), b % grid.zero_chunks, grid.zero_chunks);
+    return;
+  }
+  b -= grid.zero;
+  build_group_args(p, sfa, sfb, cb_n, args, b * blockDim.x + threadIdx.x, grid.args * blockDim.x);
 }
 
 // ------------------------------------------------------------------------------------------------ the GEMM
@@ -337,28 +376,26 @@ struct BlockwiseGrouped {
     float* sfa = reinterpret_cast<float*>(base + c.sfa);
     float* sfb = reinterpret_cast<float*>(base + c.sfb);
     const int T = 256;
+    PrepGrid grid;
     if (p.mode == kRows) {
-      if (p.M > 0) sfa_rows_kernel<<<unsigned(cdiv(p.M, T)), T, 0, stream>>>(p, sfa);
-      if (c.sfb_n > 0) sfb_rows_kernel<<<unsigned(cdiv(c.sfb_n, T)), T, 0, stream>>>(p, sfb, c.cb_n, p.R / 128);
-      if (p.M > 0 && p.zero_tail) {
-        int64_t blocks = p.M < kZeroBlocks ? p.M : kZeroBlocks;
-        zero_tail_rows_kernel<ElementD><<<unsigned(blocks), 256, 0, stream>>>(p);
-      }
+      grid.sfa = p.M > 0 ? cdiv(p.M, T) : 0;
+      grid.sfb = cdiv(c.sfb_n, T);
+      grid.zero = (p.M > 0 && p.zero_tail) ? (p.M < kZeroBlocks ? p.M : kZeroBlocks) : 0;
     } else {
-      if (c.sfa_n > 0) sfa_red_kernel<<<unsigned(cdiv(c.sfa_n, T)), T, 0, stream>>>(p, sfa, c.tb_n);
-      if (c.sfb_n > 0) sfb_red_kernel<<<unsigned(cdiv(c.sfb_n, T)), T, 0, stream>>>(p, sfb, c.tb_n, c.cb_n);
-      int64_t chunks = p.rows < kZeroBlocks ? p.rows : kZeroBlocks;
-      if (chunks > 0 && p.C > 0)
-        zero_empty_groups_kernel<ElementD><<<dim3(unsigned(chunks), unsigned(p.groups)), 256, 0, stream>>>(p);
+      grid.sfa = cdiv(c.sfa_n, T);
+      grid.sfb = cdiv(c.sfb_n, T);
+      grid.zero_chunks = p.rows < kZeroBlocks ? p.rows : kZeroBlocks;
+      grid.zero = (grid.zero_chunks > 0 && p.C > 0) ? grid.zero_chunks * p.groups : 0;
     }
-    build_args_kernel<Shape3, ElementA, ElementB, ElementD, StrideA, StrideB, StrideD>
-        <<<unsigned(cdiv(p.groups, 128)), 128, 0, stream>>>(
-            p, sfa, sfb, c.cb_n, reinterpret_cast<Shape3*>(base + c.shapes),
-            reinterpret_cast<const ElementA**>(base + c.pa), reinterpret_cast<const ElementB**>(base + c.pb),
-            reinterpret_cast<ElementD**>(base + c.pd), reinterpret_cast<const float**>(base + c.psfa),
-            reinterpret_cast<const float**>(base + c.psfb), reinterpret_cast<StrideA*>(base + c.sta),
-            reinterpret_cast<StrideB*>(base + c.stb), reinterpret_cast<StrideD*>(base + c.std_), kLpt,
-            reinterpret_cast<unsigned long long*>(base + c.sched), c.sched_words);
+    grid.args = cdiv(p.groups, T);
+    GroupArgs<Shape3, ElementA, ElementB, ElementD, StrideA, StrideB, StrideD> group_args{
+        reinterpret_cast<Shape3*>(base + c.shapes), reinterpret_cast<const ElementA**>(base + c.pa),
+        reinterpret_cast<const ElementB**>(base + c.pb), reinterpret_cast<ElementD**>(base + c.pd),
+        reinterpret_cast<const float**>(base + c.psfa), reinterpret_cast<const float**>(base + c.psfb),
+        reinterpret_cast<StrideA*>(base + c.sta), reinterpret_cast<StrideB*>(base + c.stb),
+        reinterpret_cast<StrideD*>(base + c.std_), reinterpret_cast<unsigned long long*>(base + c.sched),
+        c.sched_words, kLpt};
+    prep_kernel<<<unsigned(grid.total()), T, 0, stream>>>(p, grid, sfa, sfb, c.cb_n, c.tb_n, group_args);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
       snprintf(msg, sizeof msg, "prep kernels: %s", cudaGetErrorString(err));

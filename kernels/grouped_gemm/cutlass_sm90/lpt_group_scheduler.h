@@ -7,7 +7,7 @@
 // take the one tile more at the end: the busiest CTA carries ~6% over the mean (session 14, llama_up skewed wgrad
 // 1.291x bf16 against 1.406x even).
 //
-// What: the groups come longest reduction first (build_args_kernel sorts them, kRed), the first wave of tiles is
+// What: the groups come longest reduction first (the prep kernel sorts them, kRed), the first wave of tiles is
 // the static one, and every later tile is handed out from one global ticket counter (atomicAdd) by whichever
 // cluster asks first: longest-processing-time-first list scheduling, so no CTA ends more than about one short
 // tile after the others.
@@ -18,7 +18,7 @@
 // ticket and posts it, tagged with its sequence number, in a per-cluster mailbox in global memory that the
 // other ranks poll. Rank 0 can run at most its scheduler pipeline's depth (plus the tile in flight) ahead of its
 // own consumers, and those wait on the other ranks' multicast loads, so kMailboxSlots = 32 slots never wrap onto
-// an unread ticket. The counter and mailboxes are zeroed by build_args_kernel before every launch.
+// an unread ticket. The counter and mailboxes are zeroed by the prep kernel (blockwise_grouped.cuh) before every launch.
 //
 // The stock kernel takes its scheduler from detail::TileSchedulerSelector<GroupScheduler, Sm90, ..., ProblemShape>;
 // a problem-shape type of our own (LptGroupProblemShape, a GroupProblemShape in every other respect) selects this
