@@ -4,14 +4,14 @@
 
 Tiny problems (8 groups x 128 rows, 256 x 256), so the GPU finishes each call before the host issues the next and
 the loop time is the host time. Rows: the CUTLASS mx128 rows / wgrad GEMM through the C++ extension alone, through
-the Python launch helper, and through the op inductor's generated code calls (a Python custom op until session
-16, a C++ op kernel since); the
-Triton MXFP8 weight quantizer (kernels/grouped_gemm/quant_triton.py) autotuned, with fixed warps, as the custom op
-and as a traced triton op inside a compiled function; a do-nothing custom op against a plain function (the
-dispatcher's own cost). Then the GPU time of the weight quantizer at llama_moe's weight shapes with 8 and 16 warps,
-timed round-robin (benchmarks/cuda_timing.interleaved_ms; session 16's calls timed 20 back-to-back calls), and which
-of the two the autotuner takes. Prints a table; writes host_overhead_probe-<device>-<date>.json under --out (default
-benchmarks/results/).
+the Python launch helper, and through the op inductor's generated code calls (a Python custom op until session 16,
+a C++ op kernel since); the dgrad-in-parts op (W^T quantized by the extension, then the GEMM, per part); the Triton
+MXFP8 weight quantizer (kernels/grouped_gemm/quant_triton.py) autotuned, with fixed warps, as the custom op and as a
+traced triton op inside a compiled function; a do-nothing custom op against a plain function (the dispatcher's own
+cost). Then the GPU time of the weight quantizer at llama_moe's weight shapes with 8 and 16 warps (and, for W^T,
+the extension's), timed round-robin (benchmarks/cuda_timing.interleaved_ms; session 16's first calls timed 20
+back-to-back calls), and which of the two the autotuner takes. Prints a table; writes
+host_overhead_probe-<device>-<date>.json under --out (default benchmarks/results/).
 """
 import argparse
 import datetime
@@ -79,6 +79,7 @@ def main():
     rows_op = torch.ops.titan_fp8.mx128_grouped_mm_rows_cutlass.default
     red_op = torch.ops.titan_fp8.mx128_grouped_mm_wgrad_cutlass.default
     w3 = torch.randn(E, C, R, device=dev, dtype=torch.bfloat16)
+    wd = torch.randn(E, R, C, device=dev, dtype=torch.bfloat16)  # [E, N, K]: dgrad reduces over N = R
     qop = torch.ops.titan_fp8.mxfp8_blocked_rowcol.default
 
     def traced_quant(t):
@@ -92,6 +93,7 @@ def main():
         "cutlass wgrad: C++ extension only": lambda: ext.grouped_red(xt.view(u8), sxt, yt.view(u8), syt, offs, dw,
                                                                      wcfg),
         "cutlass wgrad: custom op (torch.ops)": lambda: red_op(xt, sxt, yt, syt, offs, torch.bfloat16, "wgrad"),
+        "dgrad in 2 parts (W^T quantized + GEMM): C++ op": lambda: cb.dgrad_in_parts(a, sa, wd, offs, 2),
         "quant w rows: _run autotuned": lambda: qt._run(w3, None, 128, 128, 128, 1, True, False),
         "quant w rows: _run 8 warps": lambda: qt._run(w3, None, 128, 128, 128, 1, True, False, None, 8),
         "quant w rows: custom op (torch.ops)": lambda: qop(w3, None, 128, 128, 128, 1, True, False),
@@ -123,10 +125,11 @@ def main():
         cbk, ct = kw.get("col_block", 128), kw.get("col_tile", 1)
         dr, dc = kw.get("do_row", True), kw.get("do_col", True)
         rec = {"case": label}
-        timed = interleaved_ms({w: [lambda w=w: qt._run(t, None, rb, rt, cbk, ct, dr, dc, None, w)] for w in (8, 16)},
-                               rounds=20)
-        for warps, (ms, _) in timed.items():
-            rec[f"gpu_us_{warps}w"] = round(ms * 1e3, 1)
+        fns = {f"{w}w": [lambda w=w: qt._run(t, None, rb, rt, cbk, ct, dr, dc, None, w)] for w in (8, 16)}
+        if not dr:  # the W^T copy: also the extension's quantizer (cutlass_sm90/wt_tile_quant.cu)
+            fns["cxx"] = [lambda: ext.wt_tiles(t)]
+        for variant, (ms, _) in interleaved_ms(fns, rounds=20).items():
+            rec[f"gpu_us_{variant}"] = round(ms * 1e3, 1)
         qt._run(t, None, rb, rt, cbk, ct, dr, dc)
         tuned = qt._tuned_kernel
         rec["autotuned"] = str(getattr(tuned, "best_config", None))

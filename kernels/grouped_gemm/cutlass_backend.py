@@ -34,9 +34,9 @@ SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90
 _KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3, "cooperative_lpt": 4}
 _KERNEL_TU = {"cooperative": "coop", "pingpong": "pp", "cooperative_2x1": "coop2x1", "cooperative_1x1": "coop1x1",
               "cooperative_lpt": "cooplpt"}
-SOURCES = ("bindings.cpp",) + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in _KERNEL_TU.values()
+SOURCES = ("bindings.cpp", "wt_tile_quant.cu") + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in _KERNEL_TU.values()
                                     for dt in ("bf16", "f32"))
-HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h", "lpt_group_scheduler.h")
+HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h", "lpt_group_scheduler.h", "wt_tile_quant.h")
 INSTALL_HINT = "pip install nvidia-cutlass==4.2.0.0"
 GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x128 tiles)
 # CUTLASS kernel configuration per pass: "<kernel>[:along_m|:along_n][:swizzle=S]".
@@ -285,6 +285,7 @@ _LIB.define("mx128_grouped_mm_rows_into_cutlass(Tensor a, Tensor sa, Tensor b, T
             "Tensor(a!) out, int first_group, str pass_) -> ()")
 _LIB.define("mx128_grouped_mm_wgrad_cutlass(Tensor x, Tensor sx, Tensor y, Tensor sy, Tensor offs, "
             "ScalarType out_dtype, str pass_) -> Tensor")
+_LIB.define("mx128_dgrad_in_parts_cutlass(Tensor dq, Tensor ds, Tensor w, Tensor offs, int parts) -> Tensor")
 
 
 def _launch_rows(a, sa, b, sb, offs, out, first_group, pass_):
@@ -344,9 +345,15 @@ def _(x, sx, y, sy, offs, out_dtype, pass_):
     return x.new_empty((offs.shape[0], x.shape[0], y.shape[0]), dtype=out_dtype)
 
 
+@torch.library.register_fake("titan_fp8::mx128_dgrad_in_parts_cutlass", lib=_LIB)
+def _(dq, ds, w, offs, parts):
+    return dq.new_empty((dq.shape[0], w.shape[2]), dtype=torch.bfloat16)
+
+
 _ROWS = torch.ops.titan_fp8.mx128_grouped_mm_rows_cutlass.default
 _ROWS_INTO = torch.ops.titan_fp8.mx128_grouped_mm_rows_into_cutlass.default
 _RED = torch.ops.titan_fp8.mx128_grouped_mm_wgrad_cutlass.default
+_DGRAD_IN_PARTS = torch.ops.titan_fp8.mx128_dgrad_in_parts_cutlass.default
 
 
 # The wrappers below check torch's SM carve-out in Python before eager calls of the ops: the ops' C++ kernels read
@@ -377,6 +384,33 @@ def dgrad_into(do_data, do_scale, w_data, w_scale, offs, out, first_group):
     """dgrad of the experts first_group .. first_group + w_data.shape[0] - 1 of offs into out's rows of them."""
     _ROWS_INTO(*_dgrad_operands(do_data, do_scale, w_data, w_scale), offs, out, first_group, "dgrad")
     return out
+
+
+def dgrad_in_parts(dq, ds, w, offs, parts):
+    """dx = dq @ w[e] per group (mx128 dgrad from the bf16 weight), w [E, N, K] bf16 contiguous (N, K multiples of
+    128), dq [M, N] float8 with 1x128 E8M0 runs ds [M, N/32], offs int32 [E]: over the experts in `parts` launches
+    into one [M, K] bf16 output, each part's float8 W^T (128 x 128 tiles, quant_triton's bytes) quantized by the
+    extension right before its GEMM and freed after it, so only 1/parts of the float8 W^T exists at a time (the
+    fused MoE backward's largest transient). One op, C++ throughout: no Python per call in a compiled graph. (The
+    parts as traced graph code instead let inductor keep both parts' operands alive: llama_moe mx128 layer peak
+    0.96 -> 1.14 GiB, benchmarks/results/issue9_host_s16/call5_prep_traced_parts/.) ValueError for operands it
+    cannot take."""
+    who = "dgrad_in_parts"
+    if not isinstance(w, torch.Tensor) or w.dim() != 3 or w.dtype != torch.bfloat16 or w.shape[1] % GRAN \
+            or w.shape[2] % GRAN:
+        raise ValueError(f"{who}: w must be a bf16 [E, N, K] with N, K multiples of 128, got "
+                         f"{getattr(w, 'dtype', type(w).__name__)} {tuple(getattr(w, 'shape', ()))}")
+    E, N, K = w.shape
+    if dq.dim() != 2 or dq.shape[1] != N or dq.dtype != torch.float8_e4m3fn \
+            or tuple(ds.shape) != (dq.shape[0], N // 32):
+        raise ValueError(f"{who}: dq must be float8_e4m3fn [M, N={N}] with ds [M, {N // 32}], got {dq.dtype} "
+                         f"{tuple(dq.shape)} and ds {tuple(ds.shape)}")
+    if offs.dtype != torch.int32 or tuple(offs.shape) != (E,):
+        raise ValueError(f"{who}: offs must be int32 [E={E}], got {offs.dtype} {tuple(offs.shape)}")
+    if not isinstance(parts, int) or parts < 1:
+        raise ValueError(f"{who}: parts must be an int >= 1, got {parts!r}")
+    check_sm_carveout(dq)
+    return _DGRAD_IN_PARTS(dq if dq.stride(-1) == 1 else dq.contiguous(), ds, w.contiguous(), offs, parts)
 
 
 def wgrad(do_t_data, do_t_scale, a_t_data, a_t_scale, offs, out_dtype=torch.float32):

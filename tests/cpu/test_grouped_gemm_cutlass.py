@@ -249,3 +249,22 @@ def test_dgrad_in_parts_errors_name_the_argument():
         mxfp8_grouped_mm_dgrad(dd, ds, wn[2:], wns[2:], offs, out=out, first_group=-1, **kw)
     with pytest.raises(ValueError, match="runs on the CUTLASS kernels only; backend='auto' picked 'triton'"):
         mxfp8_grouped_mm_dgrad(dd, ds, wn[2:], wns[2:], offs, out=out, first_group=2, **kw)
+
+
+def test_dgrad_in_parts_checks_its_operands():
+    """cutlass_backend.dgrad_in_parts (the fused MoE backward's dgrad over parts of the experts): every operand it
+    cannot take is a ValueError naming it, before anything runs (no GPU needed to see them)."""
+    f8 = torch.float8_e4m3fn
+    w = torch.zeros(2, 256, 128, dtype=torch.bfloat16)
+    dq = torch.zeros(64, 256, dtype=f8)
+    ds = torch.zeros(64, 8, dtype=torch.uint8)
+    offs = torch.tensor([32, 64], dtype=torch.int32)
+    for args, part in (((dq, ds, w.float(), offs, 2), "w must be a bf16"),
+                       ((dq, ds, w[:, :200], offs, 2), "multiples of 128"),
+                       ((dq[:, :128], ds, w, offs, 2), "dq must be"),
+                       ((dq, ds[:, :4], w, offs, 2), "dq must be"),
+                       ((dq, ds, w, offs.long(), 2), "offs must be int32"),
+                       ((dq, ds, w, offs[:1], 2), "offs must be int32"),
+                       ((dq, ds, w, offs, 0), "parts must be")):
+        with pytest.raises(ValueError, match=part):
+            cb.dgrad_in_parts(*args)

@@ -240,12 +240,12 @@ def test_wgrad_cutlass(ext, schedule, sizes):
 
 
 def test_fused_dgrad_in_parts_equals_one_launch(ext):
-    """titan_fp8.float8.experts.dgrad_in_parts (the op running w13's dgrad over parts of the experts, each quantizing
-    its own W^T), eager and compiled, against the one-launch dgrad on the whole W^T operand: bit for bit, awkward
-    group sizes, padding."""
+    """cutlass_backend.dgrad_in_parts (the C++ op running an expert weight's dgrad over parts of the experts, each
+    quantizing its own W^T), eager and compiled, against the one-launch dgrad on the whole W^T operand quantized by
+    the Triton quantizer: bit for bit, awkward group sizes, padding."""
     from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad
+    from kernels.grouped_gemm.cutlass_backend import dgrad_in_parts
     from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-    from titan_fp8.float8.experts import dgrad_in_parts
     torch.manual_seed(3)
     sizes = [0, 1, 31, 33, 127, 129, 1000, 0, 2561]  # 9 experts: parts of 4 and 5, and of 3
     offs = offs_of(sizes)
@@ -262,6 +262,27 @@ def test_fused_dgrad_in_parts_equals_one_launch(ext):
             poison_allocator(M * K * 2)
             got = f(dq, ds, w, offs, parts)
             assert torch.equal(got.view(torch.int16), one.view(torch.int16)), f"{parts} parts, {how}"
+
+
+@pytest.mark.parametrize("G,N,K", [(3, 384, 256), (2, 5632, 4096)])
+def test_wt_tile_quant_equals_triton_bit_for_bit(ext, G, N, K):
+    """The extension's W^T tile quantizer (wt_tile_quant.cu, what dgrad_in_parts uses) writes the Triton column
+    copy's bytes and scales exactly: magnitudes over 2^+-40, a zero tile, a subnormal-only tile, tiles at bf16's
+    largest values, an inf tile and a NaN tile."""
+    from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+    torch.manual_seed(7)
+    w = (torch.randn(G, N, K, device="cuda") * torch.logspace(-40, 40, K, base=2.0, device="cuda")).to(torch.bfloat16)
+    w[0, :128, :128] = 0
+    w[0, 128:256, :128] = torch.randn(128, 128, device="cuda").to(torch.bfloat16) * 1e-39
+    w[1, :128, 128:256] = torch.finfo(torch.bfloat16).max
+    w[1, 5, 130] = -torch.finfo(torch.bfloat16).max
+    w[G - 1, -1, -1] = float("inf")
+    w[G - 1, 0, -1] = float("nan")
+    wt, s = ext.wt_tiles(w)
+    want_d, want_s = to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:]
+    assert torch.equal(wt, want_d.view(torch.uint8))
+    assert torch.equal(s, want_s)
+    assert (s[G - 1, -128:, -4:] == 255).all() and (wt[G - 1, -128:, -128:] == 0x7F).all()
 
 
 def test_wgrad_lpt_scheduler_matches_static_bit_for_bit(ext, monkeypatch):

@@ -66,8 +66,7 @@ from titan_fp8.models.moe import GroupedExperts, _row_group
 from . import expert_weights
 
 __all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm", "MOE_RECIPES",
-           "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts", "dgrad_weight_operand",
-           "dgrad_in_parts"]
+           "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts", "dgrad_weight_operand"]
 
 
 class Granularity(NamedTuple):
@@ -506,39 +505,6 @@ def dgrad_weight_operand(w: Tensor, after: Tensor | None = None) -> tuple[Tensor
 DGRAD_PARTS = 2  # an expert weight's dgrad in this many launches over the experts (see _dgrad_in_parts)
 
 
-@torch.library.custom_op("titan_fp8::mxfp8_dgrad_in_parts", mutates_args=())
-def dgrad_in_parts(dq: Tensor, ds: Tensor, w: Tensor, offs: Tensor, parts: int) -> Tensor:
-    """dx = dq @ w[e] per group (mx128, CUTLASS), w [E, N, K] bf16, run over the experts in `parts` launches into one
-    output, each with only its experts' float8 W^T (quantized right before, freed right after): the float8 W13^T
-    is the largest transient of the fused backward (176 MiB at llama_moe, which put the mx128 layer's peak over
-    bf16's).
-
-    One opaque op around the parts, so a compiled graph cannot hold them all at once. Traced instead (each part's
-    quantizer a triton op waiting on the previous part's output, the GEMM the CUTLASS op), inductor kept both
-    parts' operands alive together: the llama_moe mx128 layer's peak went from 0.96 to 1.14 GiB
-    (benchmarks/results/issue9_host_s16/call5_prep_traced_parts/). Inside, the quantizer is a fixed Triton launch
-    (no autotuner) and the GEMM the CUTLASS op's C++ kernel (no nested Python op). The fused backward runs w2's
-    dgrad through it too (see _dgrad_in_parts)."""
-    from kernels.grouped_gemm import cutlass_backend
-    from kernels.grouped_gemm.quant_triton import ROWCOL_NUM_WARPS, to_mxfp8_blocked_rowcol
-    E = w.shape[0]
-    out = dq.new_empty((dq.shape[0], w.shape[2]), dtype=torch.bfloat16)
-    bounds = [E * i // parts for i in range(parts + 1)]
-    for g0, g1 in zip(bounds[:-1], bounds[1:]):
-        if g1 == g0:
-            continue
-        wtd, wts = to_mxfp8_blocked_rowcol(w[g0:g1], col_block=128, col_tile=128, do_row=False,
-                                           num_warps=ROWCOL_NUM_WARPS)[2:]
-        cutlass_backend.dgrad_into(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, out, g0)
-        del wtd, wts
-    return out
-
-
-@dgrad_in_parts.register_fake
-def _(dq, ds, w, offs, parts):
-    return dq.new_empty((dq.shape[0], w.shape[2]), dtype=torch.bfloat16)
-
-
 def _dgrad_in_parts(dq, ds, w: Tensor, offs, spec: FusedSpec, out_dtype) -> Tensor | None:
     """An expert weight's dgrad (w2's, then w13's) through the dgrad_in_parts op where it applies (compiled, a plain
     mx128 weight whose dgrad runs on CUTLASS with bf16 output), else None (the caller runs the one-launch dgrad with
@@ -557,7 +523,8 @@ def _dgrad_in_parts(dq, ds, w: Tensor, offs, spec: FusedSpec, out_dtype) -> Tens
     if pick_backend("fused experts dgrad", "dgrad", spec.backend, dq, g.block, g.weight_tile, w.shape[1],
                     w.shape[2], out_dtype) != "cutlass":
         return None
-    return dgrad_in_parts(dq, ds, w.detach(), offs, DGRAD_PARTS)
+    from kernels.grouped_gemm import cutlass_backend
+    return cutlass_backend.dgrad_in_parts(dq, ds, w.detach(), offs, DGRAD_PARTS)
 
 
 def _weight(w: Tensor, spec: FusedSpec, which: str, after: Tensor | None = None):

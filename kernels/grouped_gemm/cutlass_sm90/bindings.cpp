@@ -13,6 +13,7 @@
 #include <string>
 
 #include "grouped_problem.h"
+#include "wt_tile_quant.h"
 
 namespace {
 
@@ -244,6 +245,55 @@ at::Tensor red_op(const at::Tensor& x, const at::Tensor& sx, const at::Tensor& y
   return out;
 }
 
+// W^T tiles of w [G, N, K] bf16 -> (wt [G, K, N] e4m3 as uint8, s [G, K, N/32] E8M0): wt_tile_quant.h.
+std::tuple<at::Tensor, at::Tensor> wt_tiles_into(const at::Tensor& w, int64_t g0, int64_t g1) {
+  int64_t N = w.size(1), K = w.size(2);
+  auto wt = at::empty({g1 - g0, K, N}, w.options().dtype(at::kByte));
+  auto s = at::empty({g1 - g0, K, N / 32}, w.options().dtype(at::kByte));
+  const char* err = titan_mx::quant_wt_tiles(static_cast<const at::BFloat16*>(w.data_ptr()) + g0 * N * K,
+                                             wt.data_ptr<uint8_t>(), s.data_ptr<uint8_t>(), g1 - g0, N, K,
+                                             c10::cuda::getCurrentCUDAStream(w.get_device()).stream());
+  TORCH_CHECK(err == nullptr, "titan_fp8 CUTLASS mx128: ", err ? err : "");
+  return {wt, s};
+}
+
+void check_weight(const at::Tensor& w) {
+  TORCH_CHECK(w.is_cuda() && w.dim() == 3 && w.scalar_type() == at::kBFloat16 && w.is_contiguous() &&
+                  w.size(1) % 128 == 0 && w.size(2) % 128 == 0,
+              "cutlass mx128: w must be a contiguous bf16 CUDA [E, N, K] with N, K multiples of 128, got ",
+              w.sizes(), " ", w.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor> wt_tiles(const at::Tensor& w) {
+  check_weight(w);
+  c10::cuda::CUDAGuard guard(w.get_device());
+  return wt_tiles_into(w, 0, w.size(0));
+}
+
+// dx = dq @ W[e] per group, over the experts in `parts` launches into one output, each part's float8 W^T quantized
+// (wt_tile_quant.h) right before its GEMM and freed after it (the caching allocator hands the next part the same
+// memory): cutlass_backend.dgrad_in_parts.
+at::Tensor dgrad_in_parts_op(const at::Tensor& dq, const at::Tensor& ds, const at::Tensor& w, const at::Tensor& offs,
+                             int64_t parts) {
+  py::gil_scoped_acquire gil;
+  check_weight(w);
+  TORCH_CHECK(parts >= 1, "cutlass mx128: parts must be >= 1, got ", parts);
+  int64_t E = w.size(0), N = w.size(1), K = w.size(2);
+  auto out = at::empty({dq.size(0), K}, dq.options().dtype(at::kBFloat16));
+  if (out.numel() == 0) return out;
+  if (N == 0 || offs.numel() == 0) return out.zero_();
+  c10::cuda::CUDAGuard guard(w.get_device());
+  int64_t config = call_config("dgrad", double(dq.size(0)) / double(std::max<int64_t>(offs.size(0), 1)) / 128.0,
+                               double(K) / 128.0);
+  for (int64_t i = 0; i < parts; ++i) {
+    int64_t g0 = E * i / parts, g1 = E * (i + 1) / parts;
+    if (g1 == g0) continue;
+    auto [wt, s] = wt_tiles_into(w, g0, g1);
+    grouped_rows(dq, ds, wt, s, offs, out, config, g0);
+  }
+  return out;
+}
+
 void set_schedule_resolver(py::object fn) {
   {
     std::lock_guard<std::mutex> lock(g_schedule_mu);
@@ -259,6 +309,7 @@ TORCH_LIBRARY_IMPL(titan_fp8, CUDA, m) {
   m.impl("mx128_grouped_mm_rows_cutlass", &rows_op);
   m.impl("mx128_grouped_mm_rows_into_cutlass", &rows_into_op);
   m.impl("mx128_grouped_mm_wgrad_cutlass", &red_op);
+  m.impl("mx128_dgrad_in_parts_cutlass", &dgrad_in_parts_op);
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -267,4 +318,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("set_schedule_resolver", &set_schedule_resolver,
         "fn(env: str) -> ((bits, raster) for fprop, dgrad, wgrad): resolves $TITAN_FP8_CUTLASS_SCHEDULE for the ops");
   m.def("last_config", [] { return g_last_config; }, "the configuration int the last op call launched with (tests)");
+  m.def("wt_tiles", &wt_tiles, "w [G, N, K] bf16 -> (W^T [G, K, N] e4m3 as uint8, E8M0 [G, K, N/32]), 128x128 tiles");
 }
