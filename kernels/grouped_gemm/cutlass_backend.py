@@ -5,9 +5,12 @@ output dtype (bf16: fprop, dgrad, wgrad; fp32: wgrad) and kernel (schedule and c
 with the tile scheduler's raster order and swizzle chosen per call: A with one scale
 per 1x128 along the reduction axis, B with one scale per 128x128 tile, promotion into fp32 every 128 of the
 reduction. Our operands are the usual MXFP8 pairs (E8M0 bytes per 1x32 block) declared block=128 and
-w_tile / a_tile = 128; small CUDA kernels turn
-offs and the E8M0 bytes into CUTLASS's per-group problem shapes, pointers and fp32 scale arrays on the device,
-so a call never syncs with the host.
+w_tile / a_tile = 128; one small CUDA kernel per call turns offs and the E8M0 bytes into CUTLASS's per-group
+problem shapes, pointers and fp32 scale arrays on the device, so a call never syncs with the host.
+
+The GEMMs are torch ops (titan_fp8::mx128_grouped_mm_{rows,rows_into,wgrad}_cutlass, and
+titan_fp8::mx128_dgrad_in_parts_cutlass: dgrad from the bf16 weight, its float8 W^T quantized by the extension part
+by part) whose CUDA kernels are C++ (cutlass_sm90/bindings.cpp): a compiled graph calls them with no Python.
 
 Contracts are those of kernels.grouped_gemm (same operands, same results up to fp32 summation order), with
 these limits, checked by `unsupported_reason` (auto falls back to Triton on them; a named "cutlass" raises):
