@@ -268,3 +268,19 @@ def test_dgrad_in_parts_checks_its_operands():
                        ((dq, ds, w, offs, 0), "parts must be")):
         with pytest.raises(ValueError, match=part):
             cb.dgrad_in_parts(*args)
+
+
+def test_schedules_for_env_is_what_the_cxx_ops_launch_with():
+    """The resolver the extension's C++ ops call when $TITAN_FP8_CUTLASS_SCHEDULE changes: per pass (fprop, dgrad,
+    wgrad), the kernel/swizzle bits and the raster code (0 auto, 1 along M, 2 along N); the ops add the along-N bit
+    for "auto" from each call's shapes. It must agree with schedule_id, which the Python kernels use."""
+    unset = cb.schedules_for_env("")
+    assert len(unset) == 3
+    for (bits, raster), pass_ in zip(unset, ("fprop", "dgrad", "wgrad")):
+        assert raster == 0 and bits == cb.config_id(cb.SCHEDULES[pass_])
+        assert bits == cb.schedule_id(pass_, 1, 2) and bits | 16 == cb.schedule_id(pass_, 2, 1)
+    assert cb.schedules_for_env("pingpong:along_n:swizzle=4") == ((1 | 2 << 8, 2),) * 3
+    mixed = cb.schedules_for_env("fprop=cooperative_1x1:along_m;wgrad=cooperative_lpt")
+    assert mixed[0] == (3, 1) and mixed[1] == unset[1] and mixed[2] == (4, 0)
+    with pytest.raises(ValueError, match="kernel 'fast' unknown"):
+        cb.schedules_for_env("dgrad=fast")
