@@ -495,9 +495,8 @@ def _gemm_backend(spec: FusedSpec) -> dict:
 def dgrad_weight_operand(w: Tensor, after: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """W^T [E, K, N] float8 in 128 x 128 tiles along N and its scales [E, K, N/32] (each 1x32 block carrying its
     tile's), from one read of w: the same bytes and scales as contract 1's transposed fprop operand (mx128 and mx32
-    alike). `after` (compiled backward): a backward tensor the quantization waits for, never read (see _weight).
-    Compiled on the GPU its launch is written into the generated code (quant_triton's traced triton op): no
-    custom-op dispatch or Python launcher per step."""
+    alike). `after` (compiled backward): a backward tensor the quantization waits for, never read (see _weight);
+    with it the quantizer runs as quant_triton's opaque custom op, the one form inductor orders after `after`."""
     from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
     return tuple(to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False, after=after)[2:])
 
