@@ -412,6 +412,9 @@ def dgrad_in_parts(dq, ds, w, offs, parts):
         raise ValueError(f"{who}: offs must be int32 [E={E}], got {offs.dtype} {tuple(offs.shape)}")
     if not isinstance(parts, int) or parts < 1:
         raise ValueError(f"{who}: parts must be an int >= 1, got {parts!r}")
+    reason = device_reason(dq)
+    if reason:
+        raise CutlassUnavailable(f"{who}: {reason}")
     check_sm_carveout(dq)
     return _DGRAD_IN_PARTS(dq if dq.stride(-1) == 1 else dq.contiguous(), ds, w.contiguous(), offs, parts)
 

@@ -268,6 +268,8 @@ def test_dgrad_in_parts_checks_its_operands():
                        ((dq, ds, w, offs, 0), "parts must be")):
         with pytest.raises(ValueError, match=part):
             cb.dgrad_in_parts(*args)
+    with pytest.raises(cb.CutlassUnavailable, match="dgrad_in_parts: tensors are on cpu"):
+        cb.dgrad_in_parts(dq, ds, w, offs, 2)
 
 
 def test_schedules_for_env_is_what_the_cxx_ops_launch_with():
