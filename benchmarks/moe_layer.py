@@ -40,6 +40,7 @@ import argparse
 import copy
 import datetime as dt
 import json
+import linecache
 import os
 import platform
 import re
@@ -277,17 +278,45 @@ def live_at_peak(step, top):
         if cur > best:
             best, at_best = cur, dict(live)
 
-    def where(ev):
+    def frame(ev):
         frames = ev.get("frames") or []
         for f in frames:
             if any(k in f["filename"] for k in ("titan_fp8/", "kernels/", "torchinductor", "benchmarks/")):
-                return f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}"[:80]
-        return (f"{os.path.basename(frames[0]['filename'])}:{frames[0]['line']} {frames[0]['name']}"[:80]
-                if frames else "?")
+                return f
+        return frames[0] if frames else None
+
+    def where(ev):
+        f = frame(ev)
+        return f"{os.path.basename(f['filename'])}:{f['line']} {f['name']}"[:80] if f else "?"
+
+    def code(ev):
+        """The allocating line of generated code and the next line that launches something: names the buffer and
+        the op that writes it (inductor's output code says neither in its file name)."""
+        f = frame(ev)
+        if not f or "torchinductor" not in f["filename"]:
+            return None
+        lines = [linecache.getline(f["filename"], f["line"] + i).strip() for i in range(12)]
+        launch = next((ln for ln in lines[1:] if re.search(r"\.run\(|torch\.ops\.|extern_kernels\.|aten\.", ln)),
+                      "")
+        return f"{lines[0][:110]}  ->  {launch[:150]}"
 
     rows = sorted(at_best.values(), key=lambda e: -e["size"])[:top]
     return {"peak_mb": round(best / 2**20, 1),
-            "top": [{"mb": round(e["size"] / 2**20, 1), "where": where(e)} for e in rows]}
+            "top": [{"mb": round(e["size"] / 2**20, 1), "where": where(e), "code": code(e)} for e in rows]}
+
+
+def kernel_sequence(step, pattern: str) -> list:
+    """Every GPU kernel of one step whose name matches `pattern`, in issue order, with its time (us): tells apart
+    the launches of one kernel name (kernels.moe's _mx_kernel serves dispatch, SwiGLU, combine backward and
+    dSwiGLU) that kernel_split adds up."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step()
+        torch.cuda.synchronize()
+    rx = re.compile(pattern)
+    evs = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA and rx.search(e.name)]
+    evs.sort(key=lambda e: e.time_range.start)
+    return [{"kernel": e.name[:90], "us": round(e.time_range.elapsed_us(), 1)} for e in evs]
 
 
 def kernel_split(step, steps):
@@ -373,6 +402,8 @@ def main():
                     help="stop building variants / timing rounds once this many seconds have passed (0: never)")
     ap.add_argument("--mem-peak", type=int, default=0,
                     help="also record one step's allocations and list the N largest alive at its peak (GPU)")
+    ap.add_argument("--kernel-seq", default="",
+                    help="also list every launch of one step whose kernel name matches this regex, in order (GPU)")
     ap.add_argument("--out", default=None, help="folder for the JSON (default benchmarks/results)")
     args = ap.parse_args()
 
@@ -457,10 +488,11 @@ def main():
                     htop += python_top(step, args.prof_steps, args.py_top) if args.py_top else []
                     gaps = gpu_gaps(step, args.prof_steps) if args.gaps else None
                     mem = live_at_peak(step, args.mem_peak) if args.mem_peak else None
+                    seq = kernel_sequence(step, args.kernel_seq) if args.kernel_seq else None
                 else:
-                    peak, split, top, htop, gaps, launches, mem = None, {}, [], [], None, None, None
+                    peak, split, top, htop, gaps, launches, mem, seq = None, {}, [], [], None, None, None, None
                 runs[name] = dict(step=step, times=[], host=[], peak=peak, split=split, top=top, htop=htop, gaps=gaps,
-                                  launches=launches, mem=mem,
+                                  launches=launches, mem=mem, seq=seq,
                                   setup_s=round(time.time() - t0, 1), note=getattr(moe, "gemm_note", None))
                 print(f"[{shape}] {name}: ready in {time.time() - t0:.0f} s", flush=True)
             except Exception as e:  # a variant that cannot run is reported, the others still run
@@ -498,7 +530,7 @@ def main():
                 "peak_step_gib": round(r["peak"], 3) if r["peak"] is not None else None,
                 "host_top": r["htop"], "gpu_gaps": r["gaps"],
                 "split_ms": r["split"], "launches_per_step": r["launches"], "top_kernels": r["top"],
-                "live_at_peak": r["mem"],
+                "live_at_peak": r["mem"], "kernel_seq": r["seq"],
                 "setup_s": r["setup_s"], "note": r["note"]})
         save()
         del runs
@@ -533,6 +565,11 @@ def main():
             print(f"  peak {r['shape']} {r['variant']}: {m['peak_mb']:.0f} MB above the step's start; largest alive:")
             for e in m["top"]:
                 print(f"       {e['mb']:8.1f} MB  {e['where']}")
+                if e.get("code"):
+                    print(f"                    {e['code']}")
+    for r in report["results"]:
+        for i, e in enumerate(r.get("kernel_seq") or []):
+            print(f"  seq {r['shape']} {r['variant']} #{i:<3} {e['us']:8.1f} us  {e['kernel']}")
     print(f"\nwrote {path}")
 
 

@@ -8,6 +8,7 @@
 #   HP_PROBE=1: benchmarks/host_overhead_probe.py (host time per call of the pieces);
 #   benchmarks/moe_layer.py at HP_SHAPE (llama_moe) for HP_VARIANTS (bf16,tw:mxfp8_mx128), HP_ROUNDS (2) rounds,
 #     with HP_LAYER_ARGS (default the host profiles: --host-top 45 --py-top 45);
+#   HP_KEEP_CODE: copy inductor's generated .py files that match this regex (HP_KEEP_N of them) to $OUT/code/;
 #   HP_GLUON_CONFIGS: the Gluon mx32 configs round-robin ("" skips it).
 # $OUT: pytest.log, op_error_probe.log/json, probe.log/json, layer.log / layer.json, gluon.log / gluon.json.
 source benchmarks/device_env.sh
@@ -34,7 +35,13 @@ timeout ${HP_LAYER_S:-240} python3 benchmarks/moe_layer.py --shapes ${HP_SHAPE:-
 echo "layer rc=$? (${SECONDS}s)"
 for f in "$OUT"/layer/moe_layer-*.json; do [ -f "$f" ] && mv "$f" "$OUT/layer.json"; done
 rmdir "$OUT/layer" 2>/dev/null
-grep -v Warn "$OUT/layer.log" | grep -v "^  host" | tail -30
+grep -v Warn "$OUT/layer.log" | grep -v "^  host" | tail -${HP_TAIL:-30}
+if [ -n "${HP_KEEP_CODE:-}" ]; then  # inductor's generated files holding this regex (a kernel's name): $OUT/code/
+  mkdir -p "$OUT/code"
+  grep -rlE --include='*.py' "$HP_KEEP_CODE" "${TORCHINDUCTOR_CACHE_DIR:-/tmp/torchinductor_$(whoami)}" 2>/dev/null |
+      head -${HP_KEEP_N:-6} | while read -r f; do cp "$f" "$OUT/code/"; done
+  echo "kept $(ls "$OUT/code" | wc -l) generated files matching $HP_KEEP_CODE"
+fi
 if [ -n "${HP_GLUON_CONFIGS:-}" ]; then
   timeout ${HP_GLUON_S:-300} python3 benchmarks/mxfp8_grouped_gemm_gluon.py --routings even,skewed --rep 100 \
       --skip-triton --configs $HP_GLUON_CONFIGS > "$OUT/gluon.log" 2>&1
