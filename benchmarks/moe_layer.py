@@ -395,6 +395,8 @@ def main():
                     help="also profile host + GPU activity and list the host work the GPU's idle time falls under "
                          "(benchmarks/trace_gaps.py), per step")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="compile with dynamic shapes (default: static, each shape compiles on its own)")
     ap.add_argument("--compile-mode", default=None,
                     help="torch.compile mode (e.g. reduce-overhead: CUDA graphs, the bound on removing launch cost)")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, emulated float8, no torchao")
@@ -455,7 +457,11 @@ def main():
                 continue
             try:
                 moe = build_variant(base, name, emulate=not cuda)
-                fwd = moe if args.no_compile else torch.compile(moe, mode=args.compile_mode)
+                # static shapes, as a training run's one shape compiles: with torch.compile's default (automatic
+                # dynamic) the second shape of a run compiled with a symbolic token count (runs up to 2026-11-26:
+                # dsv3_layer after llama_moe; its router-backward kernel alone took 0.64 ms instead of ~0.3)
+                fwd = moe if args.no_compile else torch.compile(moe, mode=args.compile_mode,
+                                                                 dynamic=True if args.dynamic else False)
                 xi = x.clone().requires_grad_()
 
                 def step(moe=moe, fwd=fwd, xi=xi):

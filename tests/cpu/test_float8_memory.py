@@ -166,6 +166,74 @@ def test_compiled_saved_for_backward_ours_le_torchao():
     assert ours <= ao + 16 * 5 and f8 == [], (ours, ao, f8)
 
 
+_VIEWS = {"view", "_unsafe_view", "t", "transpose", "permute", "reshape", "expand", "alias", "squeeze",
+          "unsqueeze", "as_strided", "slice", "select"}
+
+
+def _backward_graph(mode: str):
+    """The backward FX graph torch.compile's partitioner makes for one block (compiled_saved's setup)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    from titan_fp8.float8.linear import _ScaledMM, cast_weight_tensorwise, linear_mm_config
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = Block().to(torch.bfloat16)
+    convert_to_float8_training(m, Float8Config(emulate=True, filter_fqns=["none"]))
+    cfg = linear_mm_config(False)
+    for mod in m.modules():
+        if isinstance(mod, Float8Linear):
+            if mode == "ours_ag":
+                mod.weight = nn.Parameter(cast_weight_tensorwise(mod.weight.detach(), cfg))
+            mod.forward = lambda x, mod=mod: _ScaledMM.apply(x, mod.weight, False, cfg)
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    f = torch.compile(m, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=keep,
+                                              partition_fn=min_cut_rematerialization_partition))
+    x = torch.randn(M, D, dtype=torch.bfloat16, requires_grad=True)
+    f(x).float().sum().backward()
+    assert len(graphs) == 1
+    return graphs[0].graph
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("mode", ["ours", "ours_ag"])
+def test_compiled_backward_makes_float8_operands_after_the_gradient(mode):
+    """Every float8 operand of a backward GEMM is made by a node that depends on the gradient. A recast of a saved
+    tensor (x's for grad-weight, the weight's for grad-input) depends on nothing backward computes, so inductor
+    scheduled it at backward's start and kept it alive until its GEMM: the shared expert's two recasts of x
+    (64 MB) put the llama_moe layer's peak over bf16's. Views are followed back to the node that writes the bytes;
+    that node must have a tangent among its ancestors."""
+    graph = _backward_graph(mode)
+    tangents = {n for n in graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")}
+    assert tangents
+
+    ancestors: dict = {}
+
+    def tied(n) -> bool:
+        if n not in ancestors:
+            ancestors[n] = n in tangents or any(tied(a) for a in n.all_input_nodes)
+        return ancestors[n]
+
+    def writer(n):
+        while n.op == "call_function" and getattr(n.target, "__name__", "").split(".")[0] in _VIEWS | {"view"}:
+            n = n.args[0]
+        return n
+
+    checked = []
+    for n in graph.nodes:
+        if n.op == "call_function" and n.target is torch.ops.aten._scaled_mm.default:
+            for operand in n.args[:2]:
+                w = writer(operand)
+                checked.append(w.name)
+                assert tied(w), (mode, n.name, w.name, "made from saved tensors only: scheduled at backward's start")
+    assert len(checked) == 2 * 2 * 5, checked  # grad-input and grad-weight of 5 linears, two operands each
+
+
 def _ag_model():
     torch.manual_seed(0)
     m = nn.Sequential(Block(), Block())

@@ -98,16 +98,27 @@ def _weight_for_grad_input(w8: Float8TrainingTensor, g: torch.Tensor) -> Float8T
                                 w8._linear_mm_config, w8._gemm_input_role)
 
 
+def _zero_from(g: torch.Tensor) -> torch.Tensor:
+    """A uint8 0 [1, 1] computed from g: adding it to a tensor ties that tensor's kernel to g (NaN != NaN is the
+    only way to 1, and & 0 clears it; no dtype view of g, whose layout inductor may leave open)."""
+    g00 = g[:1, :1]
+    return (g00 != g00).to(torch.uint8) & 0
+
+
 def _transpose_in_backward(data: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """float8 data [R, C] -> its transpose [C, R] contiguous, copied after g exists (see _weight_for_grad_input
     for why a gathered weight's transpose must be tied to backward)."""
-    # a uint8 0 computed from g (NaN != NaN is the only way to 1, and & 0 clears it; no dtype view of g, whose
-    # layout inductor may leave open)
-    g00 = g[:1, :1]
-    zero = (g00 != g00).to(torch.uint8) & 0
     u8 = data.view(torch.uint8)
     # [C, R] with R contiguous: the transposed copy, written by the add itself (one pass, eager or compiled)
-    return torch.add(u8.t(), zero, out=u8.new_empty(u8.shape[1], u8.shape[0])).view(data.dtype)
+    return torch.add(u8.t(), _zero_from(g), out=u8.new_empty(u8.shape[1], u8.shape[0])).view(data.dtype)
+
+
+def _tied_to(data: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """float8 data, the same bytes, made by a kernel that runs after g exists. A cast of a SAVED tensor depends on
+    nothing backward computes, so inductor schedules it at backward's start and keeps it alive until its GEMM:
+    the shared expert's two recasts of x (32 MB each at llama_moe) sat at the layer's peak, over bf16's
+    (benchmarks/results/issue9_s17/). Compiled, the add fuses into the cast's kernel."""
+    return (data.view(torch.uint8) + _zero_from(g)).view(data.dtype)
 
 
 def _rowwise(t: torch.Tensor, cfg: LinearMMConfig, role):
@@ -187,13 +198,16 @@ class _ScaledMM(torch.autograd.Function):
                 # recast x already transposed (the column-major operand wgrad's _scaled_mm wants; plain ops,
                 # see SAVED). Being a different graph node from forward's cast, it is not merged with it, so
                 # the partitioner does not keep forward's x8 alive for it. Same scale, same cast: same bits.
+                # Tied to g: made next to its GEMM, not at backward's start (_tied_to).
                 x_hp, x_scale = x_saved
-                x8 = Float8TrainingTensor(to_float8_transposed(x_hp, x_scale, backend=SAVED).t(), x_scale,
-                                          x_hp.dtype, cfg, INPUT)
+                x_t = _tied_to(to_float8_transposed(x_hp, x_scale, backend=SAVED), g2)
+                x8 = Float8TrainingTensor(x_t.t(), x_scale, x_hp.dtype, cfg, INPUT)
             if w_scale:
-                # bf16 all-gather: recast the saved weight (inductor fuses this cast with the transposed copy
-                # grad-input's column-major operand needs; the Triton transposing cast measured no faster here)
-                w8 = _cast(w8, w_scale[0], E4M3, cfg, WEIGHT)
+                # bf16 all-gather: recast the saved weight straight into the column-major operand grad-input
+                # reads (one transposing pass, plain ops as x's), tied to g like x's recast. (A row-major recast
+                # is forward's cast node: merged with it, the tie made the partitioner save forward's float8 w.)
+                w_t = _tied_to(to_float8_transposed(w8, w_scale[0], backend=SAVED), g2)
+                w8 = Float8TrainingTensor(w_t.t(), w_scale[0], w8.dtype, cfg, WEIGHT)
             # g in both layouts from one read (Triton on CUDA): row-major for grad-input, transposed for
             # grad-weight's K-major first operand. Trade-off measured: +0.5..5% on single linears against
             # inductor's fused cast, but g must exist in bf16 where inductor fused its producer (SwiGLU
