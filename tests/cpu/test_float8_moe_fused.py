@@ -396,3 +396,29 @@ def test_parallelize_prepares_the_expert_backends_before_compiling(monkeypatch):
                                    "--compile.enable=true"]) as model:
         n = sum(isinstance(m, Float8GroupedExperts) for m in model.modules())
         assert n > 0 and seen == ["cpu"] * n
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_compiled_dx_gather_sum_equals_combine_with_unit_weights(k):
+    """Compiled, the fused backward sums each token's k dgrad rows with plain ops (experts._sum_token_rows, which
+    inductor fuses into the sum of x's gradients) instead of the combine kernel: the same fp32 slot-order sum,
+    value for value (exact; a sum of -0s is -0 here and +0 from the kernel, which starts at +0), NaN where it has
+    NaN, on rows holding zeros, -0, subnormals, huge values, inf and NaN; padding rows never read."""
+    from kernels.moe import combine
+    from titan_fp8.float8.experts import _sum_token_rows
+    n, d = 37, 40
+    gen = torch.Generator().manual_seed(k)
+    P = n * k + 11  # padding rows past the ones pos names
+    rows = (torch.randn(P, d, generator=gen) * 3).to(torch.bfloat16)
+    rows[0, :6] = torch.tensor([0.0, -0.0, 1e-40, 3e38, float("inf"), float("nan")]).to(torch.bfloat16)
+    rows[1, :6] = torch.tensor([-0.0, -0.0, -1e-40, 3e38, float("-inf"), 1.0]).to(torch.bfloat16)
+    rows[2:n * k] = torch.where(rows[2:n * k].isnan(), 0.0, rows[2:n * k])
+    rows[n * k:] = float("nan")  # padding: must not leak
+    pos = torch.cat([torch.arange(k), k + torch.randperm(n * k - k, generator=gen)])  # token 0: rows 0..k-1
+    want = combine(rows, pos, torch.ones(n, k), backend="reference")
+    got = _sum_token_rows(rows, pos, k, torch.bfloat16)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    nonzero = want != 0
+    assert torch.equal(got.view(torch.int16)[nonzero], want.view(torch.int16)[nonzero])  # same bits, NaNs too
+    assert not got[1:].isnan().any()

@@ -577,14 +577,28 @@ class _FusedExperts(torch.autograd.Function):
             dx_buf = _dgrad_in_parts(dq, ds, w13, offs, spec, grad_dtype)
             if dx_buf is None:
                 dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd", after=dq), offs, spec, grad_dtype)
-            # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics; the combine
-            # kernel with unit weights (1 * v is exact), one pass at copy speed (inductor's gather-sum: ~60%)
-            dx = combine(dx_buf, pos, torch.ones_like(weights, dtype=torch.float32), spec)
+            # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
+            if torch.compiler.is_compiling():
+                dx = _sum_token_rows(dx_buf, pos, weights.shape[1], grad_dtype)
+            else:  # the combine kernel with unit weights (1 * v is exact): one pass at copy speed
+                dx = combine(dx_buf, pos, torch.ones_like(weights, dtype=torch.float32), spec)
             del dx_buf
         del dq, ds
         dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
         dweights = dweights.to(weights.dtype) if ctx.needs_input_grad[1] else None
         return dx, dweights, dw13, dw2, None, None, None, None, None
+
+
+def _sum_token_rows(rows: Tensor, pos: Tensor, k: int, dtype) -> Tensor:
+    """out[t] = sum_j rows[pos[t*k + j]] in slot order, fp32, then dtype: combine with unit weights as plain ops,
+    the same values (a sum of -0s stays -0 here; the kernel starts from +0). Compiled, inductor fuses this gather-sum into the kernel that adds x's other gradients (router,
+    shared expert): no [N, D] buffer of its own, which inductor allocated at backward's start and held there
+    (64 MB at llama_moe, at the peak: benchmarks/results/issue9_s17/), and one pass fewer."""
+    g = rows.index_select(0, pos).view(-1, k, rows.shape[1])
+    acc = g[:, 0].float()
+    for j in range(1, k):
+        acc = acc + g[:, j].float()
+    return acc.to(dtype)
 
 
 def fused_experts(x: Tensor, weights: Tensor, w13: Tensor, w2: Tensor, plan, spec: FusedSpec,

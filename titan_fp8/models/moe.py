@@ -458,9 +458,6 @@ class MoE(nn.Module):
         xf = x.reshape(-1, self.dim)
         n = xf.shape[0]
 
-        # the shared expert first: its GEMMs keep the GPU busy while the host issues routing's small kernels (one
-        # compiled layer step issued on an idle GPU waited ~0.4-0.7 ms on the host before the experts' GEMMs)
-        shared = self.shared_expert(xf) if self.shared_expert is not None else None
         with record_function("moe.route"):
             weights, experts, scores = self.router(xf)
         if self.ep is not None:
@@ -472,8 +469,10 @@ class MoE(nn.Module):
                 plan = dispatch_plan(experts, self.num_experts, self.token_group_align)
             y = self.experts.routed(xf, weights, plan)
             counts = plan.counts
-        if shared is not None:
-            y = y + shared
+        # the shared expert after the routed ones: computed first (session 17, benchmarks/results/issue9_s17/
+        # call2_static_tied), inductor interleaved the two backwards and the llama_moe layer's peak rose 62 MB
+        if self.shared_expert is not None:
+            y = y + self.shared_expert(xf)
 
         self.tokens_per_expert = counts
         self.aux_loss = self._aux_loss(scores, counts, n)
