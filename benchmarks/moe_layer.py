@@ -37,6 +37,7 @@ survive a timeout).
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import datetime as dt
 import json
@@ -397,6 +398,9 @@ def main():
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--dynamic", action="store_true",
                     help="compile with dynamic shapes (default: static, each shape compiles on its own)")
+    ap.add_argument("--inductor-option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an inductor config for every variant's torch.compile (repeatable; VALUE a Python literal), "
+                         "e.g. reorder_for_peak_memory=False")
     ap.add_argument("--compile-mode", default=None,
                     help="torch.compile mode (e.g. reduce-overhead: CUDA graphs, the bound on removing launch cost)")
     ap.add_argument("--smoke", action="store_true", help="CPU, tiny shapes, emulated float8, no torchao")
@@ -409,6 +413,12 @@ def main():
     ap.add_argument("--out", default=None, help="folder for the JSON (default benchmarks/results)")
     args = ap.parse_args()
 
+    inductor_options = {}
+    for kv in args.inductor_option:
+        key, sep, value = kv.partition("=")
+        if not sep or not hasattr(torch._inductor.config, key):
+            raise SystemExit(f"--inductor-option {kv!r}: expected KEY=VALUE with KEY an inductor config name")
+        inductor_options[key] = ast.literal_eval(value)
     # every variant and shape compiles MoE.forward anew (new module, new shapes): lift dynamo's recompile limit,
     # which otherwise silently runs the later variants eagerly
     torch._dynamo.config.recompile_limit = 64
@@ -461,7 +471,8 @@ def main():
                 # dynamic) the second shape of a run compiled with a symbolic token count (runs up to 2026-11-26:
                 # dsv3_layer after llama_moe; its router-backward kernel alone took 0.64 ms instead of ~0.3)
                 fwd = moe if args.no_compile else torch.compile(moe, mode=args.compile_mode,
-                                                                 dynamic=True if args.dynamic else False)
+                                                                 dynamic=True if args.dynamic else False,
+                                                                 options=inductor_options or None)
                 xi = x.clone().requires_grad_()
 
                 def step(moe=moe, fwd=fwd, xi=xi):
