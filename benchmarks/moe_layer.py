@@ -27,7 +27,9 @@ Timing: CUDA events around each fwd+bwd step, `--iters` steps per variant per ro
 `--rounds` rounds after warm-up; median over all steps. Memory: peak allocated during a step above what was
 allocated before it (parameters of every variant stay resident; their gradients are freed before each step, so
 a step's gradient buffers count). Time split: torch.profiler over `--prof-steps` steps, CUDA kernels binned by
-name (see `CATEGORIES`): gemm / quant / swiglu / dispatch_combine / other.
+name (see `CATEGORIES`): gemm / quant / swiglu / dispatch_combine / other. Compilation: static shapes (each
+shape compiles on its own, as a training run's one shape does; `--dynamic` for torch.compile's dynamic shapes),
+`--inductor-option KEY=VALUE` for inductor configs (e.g. reorder_for_peak_memory=False).
 
 GPU:   python benchmarks/moe_layer.py [--shapes dsv3_layer,llama_moe] [--variants ...]
 CPU:   python benchmarks/moe_layer.py --smoke     (tiny shapes, emulated float8, no torchao; checks it runs)

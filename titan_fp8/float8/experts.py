@@ -568,8 +568,9 @@ class _FusedExperts(torch.autograd.Function):
         if da is None:
             da = _f8_dgrad(dyq, dys, *_weight(w2, spec, "bwd", after=dyq), offs, spec, grad_dtype)
         del dyq, dys
-        # dSwiGLU before w2's wgrad: h13 and da are gone before dw2 (an output, alive to the end) exists; the other
-        # order held h13 + da + dw2 together at llama_moe's peak (benchmarks/results/issue9_s17/call3_dx_fused/)
+        # dSwiGLU before w2's wgrad: h13 and da are gone before dw2 (an output, alive to the end) exists (eager;
+        # compiled, inductor's reorder_for_peak_memory picks its own order: it still runs w2's wgrad first, with
+        # h13 + da + dw2 at llama_moe tw:mx128's peak, benchmarks/results/issue9_s17/call5_bwd_order/)
         dq, ds, dtq, dts = swiglu_quantize_backward(da, h13, offs, spec)
         del da, h13
         dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if ctx.needs_input_grad[3] else None
