@@ -91,6 +91,21 @@ def test_mx128_linear_keeps_no_float8_weight_for_backward():
     assert ours < bf16, (ours, bf16)
 
 
+def _hardware_path_linears(m, rowwise: bool, gathered: bool):
+    """Convert m's Linears to ours (tensorwise or rowwise) and run them on the hardware _scaled_mm path (which CPU
+    torch runs too); gathered: every weight arrives as the float8 tensor FSDP2's float8 all-gather hands the linear
+    (a parameter of the module, as FSDP2 registers it)."""
+    from titan_fp8.float8.linear import _ScaledMM, cast_weight_tensorwise, linear_mm_config
+    convert_to_float8_training(m, Float8Config(recipe_name="rowwise" if rowwise else "tensorwise",
+                                               emulate=True, filter_fqns=["none"]))
+    cfg = linear_mm_config(False)
+    for mod in m.modules():
+        if isinstance(mod, Float8Linear):
+            if gathered:
+                mod.weight = nn.Parameter(cast_weight_tensorwise(mod.weight.detach(), cfg))
+            mod.forward = lambda x, mod=mod: _ScaledMM.apply(x, mod.weight, rowwise, cfg)
+
+
 def compiled_saved(mode: str, inductor: bool = False, device: str = "cpu"):
     """(bytes, saved float8 tensor shapes) that torch.compile's partitioner keeps for backward of one block,
     parameters excluded. Graphs as on the GPU (hardware _scaled_mm path, which CPU torch runs too); no
@@ -98,7 +113,6 @@ def compiled_saved(mode: str, inductor: bool = False, device: str = "cpu"):
     FSDP2's float8 all-gather hands the linear (a parameter of the module, as FSDP2 registers it)."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from titan_fp8.float8.linear import _ScaledMM, cast_weight_tensorwise, linear_mm_config
 
     torch._dynamo.reset()
     torch.manual_seed(0)
@@ -110,15 +124,7 @@ def compiled_saved(mode: str, inductor: bool = False, device: str = "cpu"):
         ao_convert(m, config=Float8LinearConfig.from_recipe_name("rowwise") if mode == "torchao_rowwise"
                    else Float8LinearConfig(emulate=False))
     else:
-        rowwise = mode == "ours_rowwise"
-        convert_to_float8_training(m, Float8Config(recipe_name="rowwise" if rowwise else "tensorwise",
-                                                   emulate=True, filter_fqns=["none"]))
-        cfg = linear_mm_config(False)
-        for mod in m.modules():
-            if isinstance(mod, Float8Linear):
-                if mode == "ours_ag":
-                    mod.weight = nn.Parameter(cast_weight_tensorwise(mod.weight.detach(), cfg))
-                mod.forward = lambda x, mod=mod: _ScaledMM.apply(x, mod.weight, rowwise, cfg)
+        _hardware_path_linears(m, rowwise=mode == "ours_rowwise", gathered=mode == "ours_ag")
     params = {_storage(p).data_ptr() for p in m.parameters()}
     seen, f8_shapes = {}, []
 
@@ -174,18 +180,11 @@ def _backward_graph(mode: str):
     """The backward FX graph torch.compile's partitioner makes for one block (compiled_saved's setup)."""
     from torch._dynamo.backends.common import aot_autograd
     from torch._functorch.partitioners import min_cut_rematerialization_partition
-    from titan_fp8.float8.linear import _ScaledMM, cast_weight_tensorwise, linear_mm_config
 
     torch._dynamo.reset()
     torch.manual_seed(0)
     m = Block().to(torch.bfloat16)
-    convert_to_float8_training(m, Float8Config(emulate=True, filter_fqns=["none"]))
-    cfg = linear_mm_config(False)
-    for mod in m.modules():
-        if isinstance(mod, Float8Linear):
-            if mode == "ours_ag":
-                mod.weight = nn.Parameter(cast_weight_tensorwise(mod.weight.detach(), cfg))
-            mod.forward = lambda x, mod=mod: _ScaledMM.apply(x, mod.weight, False, cfg)
+    _hardware_path_linears(m, rowwise=False, gathered=mode == "ours_ag")
     graphs = []
 
     def keep(gm, example_inputs):
