@@ -594,9 +594,10 @@ class _FusedExperts(torch.autograd.Function):
 
 def _sum_token_rows(rows: Tensor, pos: Tensor, k: int, dtype) -> Tensor:
     """out[t] = sum_j rows[pos[t*k + j]] in slot order, fp32, then dtype: combine with unit weights as plain ops,
-    the same values (a sum of -0s stays -0 here; the kernel starts from +0). Compiled, inductor fuses this gather-sum into the kernel that adds x's other gradients (router,
-    shared expert): no [N, D] buffer of its own, which inductor allocated at backward's start and held there
-    (64 MB at llama_moe, at the peak: benchmarks/results/issue9_s17/), and one pass fewer."""
+    the same values (a sum of -0s stays -0 here; the kernel starts from +0). Compiled, inductor fuses this
+    gather-sum into the kernel that adds x's other gradients (router, shared expert): no [N, D] buffer of its own,
+    which inductor had allocated at backward's start and held there (64 MB at llama_moe, at the peak:
+    benchmarks/results/issue9_s17/), and one pass fewer."""
     g = rows.index_select(0, pos).view(-1, k, rows.shape[1])
     acc = g[:, 0].float()
     for j in range(1, k):
