@@ -117,7 +117,10 @@ def _tied_to(data: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """float8 data, the same bytes, made by a kernel that runs after g exists. A cast of a SAVED tensor depends on
     nothing backward computes, so inductor schedules it at backward's start and keeps it alive until its GEMM:
     the shared expert's two recasts of x (32 MB each at llama_moe) sat at the layer's peak
-    (benchmarks/results/issue9_s17/). Compiled, the add fuses into the cast's kernel."""
+    (benchmarks/results/issue9_s17/). Compiled, the add fuses into the cast's kernel; eager runs in program order
+    already, so there it is skipped (it would be a pass of its own)."""
+    if not torch.compiler.is_compiling():
+        return data
     return (data.view(torch.uint8) + _zero_from(g)).view(data.dtype)
 
 
