@@ -2,6 +2,7 @@
 bf16 torch._grouped_mm, all in the same run, at MoE expert shapes.
 
   PYTHONUNBUFFERED=1 python benchmarks/mxfp8_grouped_gemm_gluon.py [--shapes dsv3_up,...] [--routings even,skewed]
+      [--cuda default]
       [--configs default,sync,...] [--budget-s 240]
 
 mx32 = plain 1x32 E8M0 scales on activations/gradients along the reduction axis, weights in 128x128 tiles, x^T
@@ -108,6 +109,9 @@ def main():
     ap.add_argument("--routings", default="even")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--skip-triton", action="store_true", help="leave out the Triton mx32 kernels")
+    ap.add_argument("--cuda", default="", help="also the CUDA C++ mx32 kernel (kernels/grouped_gemm/cuda_mx32.py; "
+                    "fprop and dgrad): ';'-separated compile-time variants, 'default' = the file's settings, e.g. "
+                    "'default;BLOCK_STAGES=4;STAGES=4,GROUP_M=4'")
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms) of the --op section")
     ap.add_argument("--rounds", type=int, default=50, help="round-robin rounds per pass (kernels)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
@@ -177,6 +181,19 @@ def main():
                                                            torch.bfloat16, cfg),
                     "wgrad": lambda s, cfg=wcfg: launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0], s[2][3][1], offs,
                                                               torch.float32, cfg)}
+            for cv in filter(None, args.cuda.split(";")):
+                from kernels.grouped_gemm.cuda_mx32 import launch_nt as cuda_nt
+                gm = 8
+                opts = [o for o in ("" if cv == "default" else cv).split(",") if o]
+                if any(o.startswith("GROUP_M=") for o in opts):
+                    gm = int([o for o in opts if o.startswith("GROUP_M=")][0][8:])
+                    opts = [o for o in opts if not o.startswith("GROUP_M=")]
+                var = ",".join(opts)
+                calls["cuda_" + cv] = {
+                    "fprop": lambda s, var=var, gm=gm: cuda_nt(s[2][0][0], s[2][0][1], wq[0], wq[1], offs,
+                                                               torch.bfloat16, gm, var),
+                    "dgrad": lambda s, var=var, gm=gm: cuda_nt(s[2][1][0], s[2][1][1], wqt[0], wqt[1], offs,
+                                                               torch.bfloat16, gm, var)}
             q0 = sets[0][2]
             refs = {
                 "fprop": lambda: grouped_mm_fprop_reference(*q0[0], *wq, offs, out_dtype=torch.float64),
@@ -187,11 +204,13 @@ def main():
             for p in ("fprop", "dgrad", "wgrad"):
                 first, timed, errs = None, {}, {}
                 for v, fns in calls.items():
+                    if p not in fns:
+                        continue
                     try:
                         out = fns[p](sets[0])
                         torch.cuda.synchronize()
                         err = None
-                        if v == "triton_mx32" or v == "gluon_default":
+                        if v in ("triton_mx32", "gluon_default") or v.startswith("cuda_"):
                             ref = refs[p]()
                             err = rel(out, ref)
                             del ref
@@ -221,7 +240,7 @@ def main():
         op_section(rec, shape, args.rep)
         write_json(meta, rows)
 
-    print(f"\nmx32 grouped GEMM (Gluon vs Triton vs bf16), {meta['device']}, torch {meta['torch']}, "
+    print(f"\nmx32 grouped GEMM (Gluon / CUDA vs Triton vs bf16), {meta['device']}, torch {meta['torch']}, "
           f"triton {meta['triton']}, E={E}, {TPE} tokens/expert, {time.time() - t0:.0f}s")
     print(f"{'shape':10s} {'routing':7s} {'pass':6s} {'variant':16s} {'TFLOP/s':>8s} {'vs bf16':>8s} {'rel_err':>9s}")
     for r in rows:

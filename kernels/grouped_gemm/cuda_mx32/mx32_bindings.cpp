@@ -1,0 +1,57 @@
+// torch side of the mx32 grouped GEMM (mx32_grouped.cu): tensors -> NtArgs, launch on the current stream. Checks
+// with names live in Python (kernels/grouped_gemm/cuda_mx32.py); the TORCH_CHECKs guard the raw-pointer contract.
+#include <torch/extension.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "mx32_grouped.h"
+
+namespace {
+
+int sm_count(int device) {
+  static int cached[64] = {0};
+  if (device < 64 && cached[device]) return cached[device];
+  int n = 0;
+  C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
+  if (device < 64) cached[device] = n;
+  return n;
+}
+
+// out [M, C] = grouped A [M, R] @ B [E, C, R]^T with 1x32 scales on A, 128x128-tiled scales on B.
+void nt(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Tensor sb, torch::Tensor offs, torch::Tensor out,
+        int64_t group_m) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 3 && sa.dim() == 2 && sb.dim() == 3 && offs.dim() == 1 && out.dim() == 2);
+  TORCH_CHECK(a.stride(1) == 1 && b.is_contiguous() && sa.stride(1) == 1 && out.stride(1) == 1);
+  TORCH_CHECK(sa.stride(0) % 4 == 0 && reinterpret_cast<uintptr_t>(sa.data_ptr()) % 4 == 0);
+  TORCH_CHECK(offs.scalar_type() == torch::kInt32 && offs.size(0) == b.size(0));
+  TORCH_CHECK(a.size(0) == out.size(0) && b.size(1) == out.size(1) && a.size(1) == b.size(2));
+  c10::cuda::CUDAGuard guard(a.device());
+  titan_mx32::NtArgs args;
+  args.a = a.data_ptr();
+  args.b = b.data_ptr();
+  args.sa = sa.data_ptr<uint8_t>();
+  args.sb = sb.data_ptr<uint8_t>();
+  args.offs = offs.data_ptr<int>();
+  args.out = out.data_ptr();
+  args.M = a.size(0);
+  args.R = a.size(1);
+  args.E = b.size(0);
+  args.C = b.size(1);
+  args.a_m = a.stride(0);
+  args.sa_m = sa.stride(0);
+  args.sb_e = sb.stride(0);
+  args.sb_n = sb.stride(1);
+  args.sb_k = sb.stride(2);
+  args.out_m = out.stride(0);
+  args.group_m = int(group_m);
+  args.sms = sm_count(a.get_device());
+  TORCH_CHECK(out.scalar_type() == torch::kFloat32 || out.scalar_type() == torch::kBFloat16);
+  args.out_f32 = out.scalar_type() == torch::kFloat32;
+  const char* err = titan_mx32::nt_launch(args, c10::cuda::getCurrentCUDAStream().stream());
+  TORCH_CHECK(err == nullptr, "mx32 grouped GEMM: ", err ? err : "");
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("nt", &nt, "mx32 grouped GEMM out = A @ B^T (sm_90a)"); }
