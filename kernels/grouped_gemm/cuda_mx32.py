@@ -16,12 +16,14 @@ nvcc_path; CutlassUnavailable names what is missing), cached under $TITAN_FP8_CU
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 
 import torch
 
-from .cutlass_backend import CutlassUnavailable, cutlass_include_dir, nvcc_path
+from .cutlass_backend import build_extension, cached_build
+from .nt_output import nt_output
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cuda_mx32")
 SOURCES = ("mx32_grouped.cu", "mx32_bindings.cpp")
@@ -41,53 +43,21 @@ def _defines(variant: str) -> list[str]:
     return out
 
 
-def _build_dir(include: str, variant: str) -> str:
-    h = hashlib.sha256((include + "|" + variant).encode())
-    for name in SOURCES + HEADERS:
-        with open(os.path.join(SRC_DIR, name), "rb") as f:
-            h.update(f.read())
-    root = os.environ.get("TITAN_FP8_CUTLASS_BUILD_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                         "titan_fp8")
-    path = os.path.join(root, f"cuda_mx32_{h.hexdigest()[:12]}")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
 def _load(variant: str):
-    include = cutlass_include_dir()
-    nvcc = nvcc_path()
-    if not torch.cuda.is_available():
-        raise CutlassUnavailable("the CUDA mx32 grouped GEMM needs a CUDA device (sm_90); none is available")
-    from torch.utils import cpp_extension
-    if cpp_extension.CUDA_HOME is None:
-        cpp_extension.CUDA_HOME = os.path.dirname(os.path.dirname(nvcc))
-    flags = ["-O3", "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
-             "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-             "-U__CUDA_NO_HALF2_OPERATORS__", "-DNDEBUG"] + _defines(variant)
     tag = hashlib.sha256(variant.encode()).hexdigest()[:8] if variant else ""
-    try:
-        return cpp_extension.load(
-            name="titan_fp8_cuda_mx32" + (f"_{tag}" if tag else ""),
-            sources=[os.path.join(SRC_DIR, s) for s in SOURCES],
-            extra_include_paths=[SRC_DIR, include], extra_cflags=["-O3", "-std=c++17"], extra_cuda_cflags=flags,
-            build_directory=_build_dir(include, variant), verbose=os.environ.get("TITAN_FP8_CUTLASS_VERBOSE") == "1")
-    except (RuntimeError, OSError, ImportError) as e:
-        raise CutlassUnavailable(f"building the CUDA mx32 grouped GEMM failed ({type(e).__name__}): {e}") from e
+    return build_extension("titan_fp8_cuda_mx32", SRC_DIR, SOURCES, HEADERS, "CUDA mx32 grouped GEMM",
+                           defines=_defines(variant), tag=tag)
 
 
 def load(variant: str = ""):
     """The compiled extension (built on first call, cached; a failure is cached too). variant: compile-time
     settings for measurements ("STAGES=4,BLOCK_STAGES=4"; default: the file's)."""
-    key = (os.environ.get("CUTLASS_INCLUDE_DIR"), os.environ.get("CUDA_HOME"), variant)
-    if key not in _LOADED:
-        try:
-            _LOADED[key] = _load(variant)
-        except CutlassUnavailable as e:
-            _LOADED[key] = e
-    got = _LOADED[key]
-    if isinstance(got, CutlassUnavailable):
-        raise got
-    return got
+    return cached_build(_LOADED, (variant,), lambda: _load(variant))
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def unsupported_reason(a, sa, b, sb, out_dtype) -> str | None:
@@ -113,15 +83,11 @@ def unsupported_reason(a, sa, b, sb, out_dtype) -> str | None:
 def launch_nt(a, sa, b, sb, offs, out_dtype, group_m: int = GROUP_M, variant: str = ""):
     """out [M, C] = grouped A @ B^T (see the module docstring); B contiguous, sb any strided view."""
     who = "mxfp8 grouped GEMM (cuda mx32)"
-    M, R = a.shape
-    E, C, _ = b.shape
-    out = torch.empty(M, C, dtype=out_dtype, device=a.device)
-    if M == 0 or C == 0:
+    out, done = nt_output(a, b, out_dtype)
+    if done:
         return out
-    if R == 0:
-        return out.zero_()
     reason = unsupported_reason(a, sa, b, sb, out_dtype)
     if reason:
         raise ValueError(f"{who}: {reason}")
-    load(variant).nt(a, sa, b, sb, offs, out, group_m)
+    load(variant).nt(a, sa, b, sb, offs, out, group_m, _sm_count(a.device))
     return out

@@ -175,44 +175,48 @@ def nvcc_path() -> str:
     return nvcc
 
 
-def _build_dir(include: str) -> str:
-    h = hashlib.sha256(include.encode())
-    for name in SOURCES + HEADERS:
-        with open(os.path.join(SRC_DIR, name), "rb") as f:
-            h.update(f.read())
-    root = os.environ.get("TITAN_FP8_CUTLASS_BUILD_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                         "titan_fp8")
-    path = os.path.join(root, f"cutlass_mx128_{h.hexdigest()[:12]}")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def _load():
+def build_extension(name: str, src_dir: str, sources, headers, what: str, defines=(), tag: str = ""):
+    """Build (or load from the cache) a torch C++/CUDA extension for sm_90a with the CUTLASS/CuTe headers: the
+    CUTLASS backend here and cuda_mx32.py. Cached in $TITAN_FP8_CUTLASS_BUILD_DIR (default ~/.cache/titan_fp8/),
+    keyed by a hash of the sources, headers, include path and defines. CutlassUnavailable (one line) when the
+    headers, nvcc or a device are missing, or the build fails; `what` names the extension in those messages."""
     include = cutlass_include_dir()
     nvcc = nvcc_path()
     if not torch.cuda.is_available():
-        raise CutlassUnavailable("CUTLASS mx128 grouped GEMM needs a CUDA device (sm_90); none is available")
+        raise CutlassUnavailable(f"{what} needs a CUDA device (sm_90); none is available")
     from torch.utils import cpp_extension
     if cpp_extension.CUDA_HOME is None:  # torch reads CUDA_HOME once at import; tell it what we found
         cpp_extension.CUDA_HOME = os.path.dirname(os.path.dirname(nvcc))
+    h = hashlib.sha256((include + "|" + " ".join(defines)).encode())
+    for fname in tuple(sources) + tuple(headers):
+        with open(os.path.join(src_dir, fname), "rb") as f:
+            h.update(f.read())
+    root = os.environ.get("TITAN_FP8_CUTLASS_BUILD_DIR") or os.path.join(os.path.expanduser("~"), ".cache",
+                                                                         "titan_fp8")
+    build_dir = os.path.join(root, f"{name}_{h.hexdigest()[:12]}")
+    os.makedirs(build_dir, exist_ok=True)
     cuda_flags = [
         "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-gencode=arch=compute_90a,code=sm_90a",
         # torch adds -D__CUDA_NO_*; CUTLASS's numeric types want the CUDA half/bf16 operators back
         "-U__CUDA_NO_HALF_OPERATORS__", "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__",
-        "-U__CUDA_NO_HALF2_OPERATORS__", "-DNDEBUG",
+        "-U__CUDA_NO_HALF2_OPERATORS__", "-DNDEBUG", *defines,
     ]
     try:
-        ext = cpp_extension.load(
-            name="titan_fp8_cutlass_mx128",
-            sources=[os.path.join(SRC_DIR, s) for s in SOURCES],
-            extra_include_paths=[SRC_DIR, include],
+        return cpp_extension.load(
+            name=name + (f"_{tag}" if tag else ""),
+            sources=[os.path.join(src_dir, s_) for s_ in sources],
+            extra_include_paths=[src_dir, include],
             extra_cflags=["-O3", "-std=c++17"],
             extra_cuda_cflags=cuda_flags,
-            build_directory=_build_dir(include),
+            build_directory=build_dir,
             verbose=os.environ.get("TITAN_FP8_CUTLASS_VERBOSE") == "1",
         )
     except (RuntimeError, OSError, ImportError) as e:
-        raise CutlassUnavailable(f"building the CUTLASS mx128 grouped GEMM failed ({type(e).__name__}): {e}") from e
+        raise CutlassUnavailable(f"building the {what} failed ({type(e).__name__}): {e}") from e
+
+
+def _load():
+    ext = build_extension("titan_fp8_cutlass_mx128", SRC_DIR, SOURCES, HEADERS, "CUTLASS mx128 grouped GEMM")
     ext.set_schedule_resolver(schedules_for_env)
     return ext
 
@@ -223,13 +227,19 @@ _LOADED: dict = {}
 def load():
     """The compiled extension (built on first call, cached); CutlassUnavailable if it cannot be (the failure is
     cached too, so "auto" does not retry a failed build on every call)."""
-    key = (os.environ.get("CUTLASS_INCLUDE_DIR"), os.environ.get("CUDA_HOME"))
-    if key not in _LOADED:
+    return cached_build(_LOADED, (), _load)
+
+
+def cached_build(cache: dict, key: tuple, build):
+    """build() once per key and toolchain environment (CUTLASS_INCLUDE_DIR, CUDA_HOME); a CutlassUnavailable is
+    cached and raised again, so "auto" callers do not retry a failed build on every call."""
+    key = (os.environ.get("CUTLASS_INCLUDE_DIR"), os.environ.get("CUDA_HOME")) + tuple(key)
+    if key not in cache:
         try:
-            _LOADED[key] = _load()
+            cache[key] = build()
         except CutlassUnavailable as e:
-            _LOADED[key] = e
-    got = _LOADED[key]
+            cache[key] = e
+    got = cache[key]
     if isinstance(got, CutlassUnavailable):
         raise got
     return got

@@ -12,8 +12,9 @@ import torch
 pytestmark = pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)),
                                 reason="needs an sm_90 GPU")
 
-TOL_BF16 = 3e-3
-SIZES = [0, 1, 31, 33, 127, 129, 1000, 2431]  # E = 8; 3754 tokens
+from grouped_gemm_gpu_helpers import (SIZES, TOL_BF16, check_fprop_output, check_special_vs_reference, dgrad_operands,
+                                      group_offs, nt_operands, poison_allocator, quant, rel, special_scale_operands,
+                                      special_scales)
 # (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS[, PERSIST]]): the default (MODE 5, persistent; wgrad
 # MODE 5 U = 16 WS=1); the wait-every-wgmma schedule; 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles
 # on one warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization); MODE 4 (MODE 2's
@@ -55,60 +56,22 @@ def _cid(c):
     return "default" if c is None else "c" + "_".join(map(str, c))
 
 
-def rel(out, ref):
-    out, ref = out.double(), ref.double()
-    return ((out - ref).norm() / ref.norm()).item()
-
-
-def _offs(sizes):
-    return torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
-
-
-def _poison_allocator():
-    # the next torch.empty calls of similar size likely reuse these NaN-filled blocks
-    t = torch.full((64 << 20,), float("nan"), device="cuda")
-    del t
-
-
-def _quant(x, block_tile):
-    from kernels.grouped_gemm.quant import to_mxfp8_blocked
-    return to_mxfp8_blocked(x, -1, *block_tile)
-
-
 @pytest.mark.parametrize("config", NT_CONFIGS, ids=_cid)
 @pytest.mark.parametrize("K,N", [(512, 384), (1056, 256), (640, 128)])
 def test_gluon_fprop_dgrad(config, K, N):
     from kernels.grouped_gemm import grouped_mm_dgrad_reference, grouped_mm_fprop_reference
     from kernels.grouped_gemm.gluon_mx import launch_nt
-    torch.manual_seed(0)
-    E, pad = len(SIZES), 77
-    offs = _offs(SIZES)
-    M = sum(SIZES) + pad
-    x = torch.randn(M, K, device="cuda")
-    x[-pad:] = float("nan")
-    x[40, 64:96] = float("nan")  # a NaN block in a real row: that row's output is NaN, the others are not
-    x[41, :32] *= 1e4            # a huge block next to normal ones
-    x[42, 32:64] = 1e-30         # subnormal-range block
-    w = torch.randn(E, N, K, device="cuda") * 0.02
-    ad, as_ = _quant(x, (32, 1))
-    wd, ws = _quant(w, (32, 128))
-    _poison_allocator()
-    out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, config)
-    ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
-    assert torch.equal(out[-pad:], torch.zeros_like(out[-pad:]))
-    assert torch.isnan(out[40]).all() and torch.isfinite(out[:40]).all() and torch.isfinite(out[41:-pad]).all()
-    keep = torch.ones(M, dtype=torch.bool, device="cuda")
-    keep[40] = False
-    keep[-pad:] = False
-    assert rel(out[keep], ref[keep]) < TOL_BF16
+    o = nt_operands(K, N)
+    offs, pad = o["offs"], o["pad"]
+    poison_allocator()
+    out = launch_nt(o["ad"], o["as_"], o["wd"], o["ws"], offs, torch.bfloat16, config)
+    ref = grouped_mm_fprop_reference(o["ad"], o["as_"], o["wd"], o["ws"], offs, out_dtype=torch.float64)
+    check_fprop_output(out, o, ref, TOL_BF16)
     # dgrad: dO [M, N] scaled along N; W^T quantized as the autograd op does (contiguous [E, K, N], 128x128)
-    do = torch.randn(M, N, device="cuda")
-    do[-pad:] = float("inf")
-    dd, ds = _quant(do, (32, 1))
-    wtd, wts = _quant(w.transpose(1, 2).contiguous(), (32, 128))
-    _poison_allocator()
-    dx = launch_nt(dd, ds, wtd, wts, offs, torch.bfloat16, config)
-    refd = grouped_mm_dgrad_reference(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs,
+    dd, ds = dgrad_operands(o["M"], N, pad)
+    poison_allocator()
+    dx = launch_nt(dd, ds, o["wtd"], o["wts"], offs, torch.bfloat16, config)
+    refd = grouped_mm_dgrad_reference(dd, ds, o["wtd"].transpose(1, 2), o["wts"].transpose(1, 2), offs,
                                       out_dtype=torch.float64)
     assert torch.equal(dx[-pad:], torch.zeros_like(dx[-pad:]))
     assert rel(dx[:-pad], refd[:-pad]) < TOL_BF16
@@ -120,23 +83,23 @@ def test_gluon_public_api_matches_triton_backend():
     from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop, mxfp8_grouped_mm_wgrad
     torch.manual_seed(3)
     sizes = [300, 0, 777, 45]
-    offs = _offs(sizes)
+    offs = group_offs(sizes)
     M, K, N = 1216, 768, 512  # 94 padding rows; wgrad needs M % 32 == 0
     x = torch.randn(M, K, device="cuda")
     w = torch.randn(len(sizes), N, K, device="cuda") * 0.02
-    ad, as_ = _quant(x, (32, 1))
-    wd, ws = _quant(w, (32, 128))
+    ad, as_ = quant(x, (32, 1))
+    wd, ws = quant(w, (32, 128))
     o = {b: mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=32, w_tile=128, backend=b)
          for b in ("triton", "gluon")}
     assert rel(o["gluon"], o["triton"]) < 1e-3
     do = torch.randn(M, N, device="cuda")
-    dd, ds = _quant(do, (32, 1))
-    wtd, wts = _quant(w.transpose(1, 2).contiguous(), (32, 128))
+    dd, ds = quant(do, (32, 1))
+    wtd, wts = quant(w.transpose(1, 2).contiguous(), (32, 128))
     d = {b: mxfp8_grouped_mm_dgrad(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=32, w_tile=128,
                                    backend=b) for b in ("triton", "gluon")}
     assert rel(d["gluon"], d["triton"]) < 1e-3
-    dt, dts = _quant(do.t(), (32, 1))
-    xt, xts = _quant(x.t(), (32, 128))
+    dt, dts = quant(do.t(), (32, 1))
+    xt, xts = quant(x.t(), (32, 128))
     g = {b: mxfp8_grouped_mm_wgrad(dt, dts, xt, xts, offs, block=32, a_tile=128, backend=b)
          for b in ("triton", "gluon")}
     assert rel(g["gluon"], g["triton"]) < 1e-4
@@ -150,16 +113,16 @@ def test_gluon_wgrad(config, tail):
     torch.manual_seed(1)
     K, N = 640, 384
     cfg = config  # (BN, BK, ...): BN 64 or 128 rows of dO^T, BK 128 rows of x^T
-    offs = _offs(SIZES)
+    offs = group_offs(SIZES)
     real = (sum(SIZES) + 31) // 32 * 32  # NaN only in whole 32-token blocks past offs[-1]
     M = real + tail  # tail 64: M/32 = 120, 4-byte scale rows (MODE 3's word path); 32: 119 (MODE 3 falls back)
     x = torch.randn(M, K, device="cuda")
     do = torch.randn(M, N, device="cuda")
     x[real:] = float("nan")
     do[real:] = float("nan")
-    xt, xs = _quant(x.t(), (32, 128))
-    dt, ds = _quant(do.t(), (32, 1))
-    _poison_allocator()
+    xt, xs = quant(x.t(), (32, 128))
+    dt, ds = quant(do.t(), (32, 1))
+    poison_allocator()
     out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, cfg)
     ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
     assert torch.equal(out[0], torch.zeros_like(out[0]))  # the empty group
@@ -178,7 +141,7 @@ def test_experts_op_routes_to_gluon():
     from titan_fp8.float8 import experts as mod
     torch.manual_seed(4)
     sizes = [300, 0, 777, 45]
-    offs = _offs(sizes)
+    offs = group_offs(sizes)
     x = torch.randn(sum(sizes) + 50, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(len(sizes), 768, 512, device="cuda", dtype=torch.bfloat16) * 0.02
     go = torch.randn(x.shape[0], 768, device="cuda", dtype=torch.bfloat16)
@@ -192,16 +155,6 @@ def test_experts_op_routes_to_gluon():
         assert torch.isfinite(a).all() and rel(a, t) < 2e-3
 
 
-def _special_scales(scale, rng_rows, first_block):
-    """Write E8M0 bytes 0, 1, 254, 255 and neighbours into every position of the 4-byte scale words of a few rows
-    (in place): row r gets the pattern rotated by r, starting at scale block first_block."""
-    pats = [[0, 1, 254, 255], [255, 0, 0, 255], [0, 0, 0, 0], [127, 0, 130, 1], [254, 126, 0, 128]]
-    for i, r in enumerate(rng_rows):
-        p = pats[i % len(pats)]
-        p = p[i % 4:] + p[:i % 4]
-        scale[r, first_block:first_block + 4] = torch.tensor(p, dtype=scale.dtype, device=scale.device)
-
-
 @pytest.mark.parametrize("config", NEW_NT, ids=_cid)
 @pytest.mark.parametrize("K", [512, 640])
 def test_new_nt_configs_bit_exact_with_special_scales(config, K):
@@ -209,33 +162,13 @@ def test_new_nt_configs_bit_exact_with_special_scales(config, K):
     same order as the default: outputs equal bit for bit (NaN where the default has NaN), with E8M0 0/1/254/255
     in every byte position of the activation words and 0/254/255 weight-tile scales; finite rows also match the
     float64 reference."""
-    from kernels.grouped_gemm import grouped_mm_fprop_reference
     from kernels.grouped_gemm.gluon_mx import launch_nt
-    torch.manual_seed(5)
-    sizes = [0, 33, 129, 300, 1, 31, 200, 127]
-    offs = _offs(sizes)
-    M, N = sum(sizes) + 40, 256
-    x = torch.randn(M, K, device="cuda")
-    w = torch.randn(len(sizes), N, K, device="cuda") * 0.02
-    ad, as_ = _quant(x, (32, 1))
-    wd, ws = _quant(w, (32, 128))
-    _special_scales(as_, list(range(40, 60)), 0)
-    _special_scales(as_, list(range(200, 210)), 8)
-    _special_scales(as_, list(range(500, 505)), 12)
-    ws[3, 0:128, 5] = 0      # weight tile scale 2^-127: subnormal factors
-    ws[3, 128:256, 6] = 254  # 2^127: overflow to inf in some rows (as the default)
-    ws[6, 0:128, 2] = 255    # NaN tile: expert 6's rows are NaN in columns 0-127
+    ad, as_, wd, ws, offs = special_scale_operands(K)
     ref = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M4_PERSIST)
-    _poison_allocator()
+    poison_allocator()
     out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, config)
     torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
-    r64 = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
-    # elementwise: expert 3's columns 128-255 overflow and expert 6's columns 0-127 are NaN by construction, so
-    # whole rows would leave too few to compare (349 of 861 on the H100)
-    fin = torch.isfinite(r64) & torch.isfinite(out.double())
-    assert fin.double().mean() > 0.5
-    assert rel(out[fin], r64[fin]) < TOL_BF16
-    assert torch.isnan(out[41]).all() and torch.isfinite(out[42]).all()  # 255 in a step of row 41; row 42: 0s
+    check_special_vs_reference(out, ad, as_, wd, ws, offs)
 
 
 @pytest.mark.parametrize("config", NEW_WGRAD, ids=_cid)
@@ -244,19 +177,19 @@ def test_new_wgrad_configs_bit_exact_with_special_scales(config, tail):
     from kernels.grouped_gemm.gluon_mx import launch_wgrad
     torch.manual_seed(6)
     K, N = 256, 384
-    offs = _offs(SIZES)
+    offs = group_offs(SIZES)
     real = (sum(SIZES) + 31) // 32 * 32
     M = real + tail
     x = torch.randn(M, K, device="cuda")
     do = torch.randn(M, N, device="cuda")
-    xt, xs = _quant(x.t(), (32, 128))
-    dt, ds = _quant(do.t(), (32, 1))
-    _special_scales(ds, list(range(0, 24)), 0)
-    _special_scales(ds, list(range(100, 120)), 36)   # tokens 1152-1279 (groups 6/7 boundary region)
-    _special_scales(ds, list(range(200, 210)), 61)   # unaligned start: funnel-shifted words
+    xt, xs = quant(x.t(), (32, 128))
+    dt, ds = quant(do.t(), (32, 1))
+    special_scales(ds, list(range(0, 24)), 0)
+    special_scales(ds, list(range(100, 120)), 36)   # tokens 1152-1279 (groups 6/7 boundary region)
+    special_scales(ds, list(range(200, 210)), 61)   # unaligned start: funnel-shifted words
     xs[0:128, 40] = 0
     xs[128:256, 70] = 255
     ref = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M4_WS2)
-    _poison_allocator()
+    poison_allocator()
     out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, config)
     torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)

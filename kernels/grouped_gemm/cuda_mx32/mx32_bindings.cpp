@@ -8,18 +8,10 @@
 
 namespace {
 
-int sm_count(int device) {
-  static int cached[64] = {0};
-  if (device < 64 && cached[device]) return cached[device];
-  int n = 0;
-  C10_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-  if (device < 64) cached[device] = n;
-  return n;
-}
-
 // out [M, C] = grouped A [M, R] @ B [E, C, R]^T with 1x32 scales on A, 128x128-tiled scales on B.
+// sms: the persistent grid's size (the caller's SM count).
 void nt(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Tensor sb, torch::Tensor offs, torch::Tensor out,
-        int64_t group_m) {
+        int64_t group_m, int64_t sms) {
   TORCH_CHECK(a.dim() == 2 && b.dim() == 3 && sa.dim() == 2 && sb.dim() == 3 && offs.dim() == 1 && out.dim() == 2);
   TORCH_CHECK(a.stride(1) == 1 && b.is_contiguous() && sa.stride(1) == 1 && out.stride(1) == 1);
   TORCH_CHECK(sa.stride(0) % 4 == 0 && reinterpret_cast<uintptr_t>(sa.data_ptr()) % 4 == 0);
@@ -44,7 +36,7 @@ void nt(torch::Tensor a, torch::Tensor sa, torch::Tensor b, torch::Tensor sb, to
   args.sb_k = sb.stride(2);
   args.out_m = out.stride(0);
   args.group_m = int(group_m);
-  args.sms = sm_count(a.get_device());
+  args.sms = int(sms);
   TORCH_CHECK(out.scalar_type() == torch::kFloat32 || out.scalar_type() == torch::kBFloat16);
   args.out_f32 = out.scalar_type() == torch::kFloat32;
   const char* err = titan_mx32::nt_launch(args, c10::cuda::getCurrentCUDAStream().stream());
