@@ -11,8 +11,8 @@ benchmarks/mxfp8_grouped_gemm_gluon.py --cuda times it. Kept as the CuTe base fo
 
 Limits (one-line ValueError naming the operand): R % 128 == 0, C % 8 == 0, A rows and B contiguous along R and
 16-byte aligned (TMA), sa with contiguous steps and 4-byte aligned rows, 32-bit indexing.
-Build: the CUTLASS/CuTe headers and nvcc as for the CUTLASS backend (cutlass_backend.cutlass_include_dir /
-nvcc_path; CutlassUnavailable names what is missing), cached under $TITAN_FP8_CUTLASS_BUILD_DIR.
+Build: the CUTLASS/CuTe headers and nvcc as for the CUTLASS backend (cutlass_backend.build_extension;
+CutlassUnavailable names what is missing), cached under $TITAN_FP8_CUTLASS_BUILD_DIR.
 """
 from __future__ import annotations
 
