@@ -56,8 +56,8 @@ def import_deep_gemm():
         import deep_gemm
     except Exception as e:  # ImportError, or its _C.init failing on a missing CUDA home / include
         raise SystemExit(f"deepgemm_anchor: cannot import deep_gemm ({type(e).__name__}: {e}); build it first: "
-                         f"benchmarks/deepgemm_device_run.sh (builds deep_gemm._C from third_party_build/DeepGEMM + fmt, "
-                         f"nvidia-cutlass headers, and puts the package on PYTHONPATH)")
+                         f"benchmarks/deepgemm_device_run.sh (builds deep_gemm._C from third_party_build/DeepGEMM "
+                         f"+ fmt and the nvidia-cutlass headers, and puts the package on PYTHONPATH)")
     return deep_gemm
 
 
