@@ -150,8 +150,8 @@ __device__ __forceinline__ float e8m0_pick(uint32_t hi, uint32_t lo) {
   // bytes [hi_I, lo_I, 0, 0]: selector nibble 8 = byte 0 of hi with its (clear) sign bit replicated. Inline PTX
   // because __byte_perm ignores bit 3 of a nibble (it would copy hi's byte 0: factors off by up to 2^-8, found
   // by the GPU test against the Gluon kernel)
-  uint32_t bits;
-  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(bits) : "r"(hi), "r"(lo), "n"((I << 12) | ((4 + I) << 8) | 0x88));
+  uint32_t bits;  // volatile: stays after the wgmma issue it is written after
+  asm volatile("prmt.b32 %0, %1, %2, %3;" : "=r"(bits) : "r"(hi), "r"(lo), "n"((I << 12) | ((4 + I) << 8) | 0x88));
   return __uint_as_float(bits);
 }
 
@@ -171,6 +171,9 @@ __device__ __forceinline__ uint32_t weight_word(const uint8_t* p, int step) {
   return uint32_t(__ldg(p)) | (uint32_t(__ldg(p + step)) << 8) | (uint32_t(__ldg(p + 2 * step)) << 16) |
          (uint32_t(__ldg(p + 3 * step)) << 24);
 }
+
+// An empty volatile asm on v: code using v afterwards stays after the volatile asms written before it (wgmma issue).
+__device__ __forceinline__ void pin_after_issue(uint32_t& v) { asm volatile("" : "+r"(v)); }
 
 // step j (unrolled: constant) of the word prepared by e8m0_prep
 __device__ __forceinline__ float pick(uint32_t hi, uint32_t lo, int j) {
@@ -295,21 +298,9 @@ __global__ void __launch_bounds__(kThreads, 1) nt_kernel(const __grid_constant__
         CUTE_UNROLL
         for (int ks = 0; ks < NSB; ++ks) {
           const int k = k0 + ks;
-          uint32_t ha0, la0, ha1, la1, hb, lb;
-          e8m0_prep(wa0, ha0, la0);
-          e8m0_prep(wa1, ha1, la1);
-          e8m0_prep(wb, hb, lb);
-          {  // the words of stage k + 2 (the last stages reload the last word: no branch)
-            const int kn = min(k + 2, n_stages - 1);
-            wa0 = na0;
-            wa1 = na1;
-            wb = nb;
-            na0 = word_at(pa0 + 4 * kn);
-            na1 = word_at(pa1 + 4 * kn);
-            nb = weight_word<kSbContiguous>(pb + (kSbContiguous ? 4 * kn : 4 * kn * sb_k), sb_k);
-          }
           pipe.consumer_wait(rd);
           const int s = rd.index();
+          uint32_t ha0, la0, ha1, la1, hb, lb;
           CUTE_UNROLL
           for (int j = 0; j < 4; ++j) {
             auto& cur = (j & 1) ? part1 : part0;
@@ -318,6 +309,23 @@ __global__ void __launch_bounds__(kThreads, 1) nt_kernel(const __grid_constant__
             warpgroup_arrive();
             gemm(mma, tCrA(_, _, j, s), tCrB(_, _, j, s), cur);
             warpgroup_commit_batch();
+            // everything below waits on the previous wgmma anyway: the scale work goes here, after the issue
+            // (placed before it, by the compiler, it delayed every wgmma by ~20 instructions)
+            if (j == 0) {
+              pin_after_issue(wa0);
+              pin_after_issue(wa1);
+              pin_after_issue(wb);
+              e8m0_prep(wa0, ha0, la0);
+              e8m0_prep(wa1, ha1, la1);
+              e8m0_prep(wb, hb, lb);
+              const int kn = min(k + 2, n_stages - 1);  // the words of stage k + 2 (the last stages reload)
+              wa0 = na0;
+              wa1 = na1;
+              wb = nb;
+              na0 = word_at(pa0 + 4 * kn);
+              na1 = word_at(pa1 + 4 * kn);
+              nb = weight_word<kSbContiguous>(pb + (kSbContiguous ? 4 * kn : 4 * kn * sb_k), sb_k);
+            }
             const float fbj = pick(hb, lb, j);
             const float fa = pick(ha0, la0, j) * fbj;
             const float fb = pick(ha1, la1, j) * fbj;
