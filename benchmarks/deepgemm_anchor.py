@@ -249,13 +249,8 @@ def print_table(meta, rows, secs):
 
 
 def write_json(meta, rows):
-    slug = meta["device"].lower().replace("nvidia", "").strip().replace(" ", "-") or "gpu"
-    outdir = os.environ.get("OUT") or os.path.join(ROOT, "benchmarks", "results")
-    os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, f"deepgemm_anchor-{slug}-{datetime.date.today().isoformat()}.json")
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=1)
-    return path
+    from benchmarks.results_json import write_results
+    return write_results("deepgemm_anchor", meta, rows)
 
 
 if __name__ == "__main__":

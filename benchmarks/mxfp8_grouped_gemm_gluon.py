@@ -94,13 +94,8 @@ def bench(fns, rep):
 
 
 def write_json(meta, rows):
-    dev_slug = meta["device"].lower().replace("nvidia", "").strip().replace(" ", "-") or "gpu"
-    outdir = os.environ.get("OUT") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    os.makedirs(outdir, exist_ok=True)
-    path = os.path.join(outdir, f"mxfp8_grouped_gemm_gluon-{dev_slug}-{datetime.date.today().isoformat()}.json")
-    with open(path, "w") as f:
-        json.dump({"meta": meta, "results": rows}, f, indent=1)
-    return path
+    from benchmarks.results_json import write_results
+    return write_results("mxfp8_grouped_gemm_gluon", meta, rows)
 
 
 def main():
