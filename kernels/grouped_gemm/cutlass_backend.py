@@ -34,9 +34,11 @@ import shutil
 import torch
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90")
-_KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3, "cooperative_lpt": 4}
+_KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3, "cooperative_lpt": 4,
+              "cooperative_n192_2x1": 5}
 _KERNEL_TU = {"cooperative": "coop", "pingpong": "pp", "cooperative_2x1": "coop2x1", "cooperative_1x1": "coop1x1",
-              "cooperative_lpt": "cooplpt"}
+              "cooperative_lpt": "cooplpt", "cooperative_n192_2x1": "coopn192x2"}
+_N192_IDS = (5,)  # kernels whose output tiles are 192 columns wide (the raster rule counts their tiles)
 SOURCES = ("bindings.cpp", "wt_tile_quant.cu") + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in _KERNEL_TU.values()
                                     for dt in ("bf16", "f32"))
 HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h", "lpt_group_scheduler.h", "wt_tile_quant.h")
@@ -49,7 +51,9 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 #     "cooperative_lpt" = cooperative, cluster 1x2, with a dynamic tile scheduler (cutlass_sm90/
 #     lpt_group_scheduler.h): wgrad groups longest token count first, every tile after the first wave taken from
 #     a global ticket counter by the first cluster free, so one long expert no longer leaves a static share of
-#     long tiles on a few CTAs;
+#     long tiles on a few CTAs; "cooperative_n192_2x1" = cooperative with 128x192x128 tiles and a 2x1 cluster
+#     (weight tiles multicast to two row tiles; the tile and cluster DeepGEMM's sm_90 kernel picks at these
+#     shapes), same bits as the 128x128 kernels;
 #   along_m / along_n: the order in which the persistent scheduler walks a group's output tiles. Left out: along
 #     the dimension with FEWER tiles per group (along N when a group's output has more 128-row tiles than
 #     128-column tiles), so each wave of CTAs re-reads the smaller operand (the one the long side walks)
@@ -61,9 +65,11 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 # The configuration is read at call time (inside the ops, C++ and Python alike), so $TITAN_FP8_CUTLASS_SCHEDULE
 # also reaches graphs torch.compile already traced; it overrides SCHEDULES (see schedule_id). The C++ ops resolve
 # each new value of the variable once (schedules_for_env): change SCHEDULES before the first call, not after.
-# wgrad: cooperative_lpt, as a tile there costs its group's token count (uneven routing); fprop/dgrad tiles all
-# reduce over the same K, where the static order is balanced already.
-SCHEDULES = {"fprop": "cooperative", "dgrad": "cooperative", "wgrad": "cooperative_lpt"}
+# fprop/dgrad: cooperative_n192_2x1, 1.05-1.07x the 128x128 cooperative kernel in all six (shape, pass) cells at
+# identical bits (benchmarks/results/issue10_n192_s19/NOTE.md, H100; 128x192 tiles with A multicast instead:
+# 0.96-1.06x); their tiles all reduce over the same K, where the static order is balanced already.
+# wgrad: cooperative_lpt, as a tile there costs its group's token count (uneven routing).
+SCHEDULES = {"fprop": "cooperative_n192_2x1", "dgrad": "cooperative_n192_2x1", "wgrad": "cooperative_lpt"}
 _ALONG_N_BIT = 1 << 4
 
 
@@ -89,6 +95,8 @@ def config_id(config: str, origin: str = "CUTLASS config", m_tiles: float = 0.0,
     """The int the extension takes (bindings.cpp launch(): bits 0-3 kernel, bit 4 along N, bits 8-11 log2 swizzle)
     for a configuration string and a call whose groups have about m_tiles x n_tiles output tiles."""
     bits, raster = _parse_config(config, origin)
+    if bits & 15 in _N192_IDS:  # callers count 128-column tiles (as bindings.cpp call_config does)
+        n_tiles *= 128.0 / 192.0
     if raster == "n" or (raster == "auto" and m_tiles > n_tiles):
         bits |= _ALONG_N_BIT
     return bits

@@ -148,7 +148,7 @@ def test_experts_op_accepts_the_backend_names():
 
 
 def test_schedule_override_is_checked(monkeypatch):
-    assert cb.schedule_id("fprop") in range(4)
+    assert cb.schedule_id("fprop") == cb.config_id(cb.SCHEDULES["fprop"])
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "pingpong")
     assert cb.schedule_id("wgrad") == 1
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fast")
@@ -178,6 +178,10 @@ def test_config_string_packs_kernel_raster_and_swizzle():
     assert cb.config_id("cooperative", m_tiles=64, n_tiles=16) == 16
     assert cb.config_id("cooperative", m_tiles=16, n_tiles=56) == 0
     assert cb.config_id("cooperative", m_tiles=32, n_tiles=32) == 0
+    # the n192 kernel's tiles are 1.5x as wide: callers count 128-column tiles, the rule counts the kernel's
+    assert cb.config_id("cooperative_n192_2x1") == 5
+    assert cb.config_id("cooperative_n192_2x1", m_tiles=40, n_tiles=48) == 5 | 16
+    assert cb.config_id("cooperative", m_tiles=40, n_tiles=48) == 0
     assert cb.config_id("cooperative:along_m", m_tiles=64, n_tiles=16) == 0
     assert cb.config_id("cooperative:along_n", m_tiles=16, n_tiles=56) == 16
     assert cb.schedule_id("wgrad", 56, 16) == cb.config_id(cb.SCHEDULES["wgrad"], m_tiles=56, n_tiles=16)
@@ -215,13 +219,14 @@ def test_config_is_read_when_the_op_runs_not_when_it_is_traced(monkeypatch):
     f(a, b)
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "fprop=cooperative_1x1:along_n:swizzle=2")
     f(a, b)
-    assert seen == [0, 3 | 16 | (1 << 8)]
+    # 1 row tile and 1 (128-column) tile per group: the default's raster for those shapes, then the override's
+    assert seen == [cb.config_id(cb.SCHEDULES["fprop"], m_tiles=1, n_tiles=1), 3 | 16 | (1 << 8)]
     # raster from the shapes: 4 row tiles per group > 1 column tile -> along N
     monkeypatch.delenv("TITAN_FP8_CUTLASS_SCHEDULE")
     a4 = torch.zeros(4 * rows, R, dtype=torch.float8_e4m3fn)
     sa4 = torch.zeros(4 * rows, R // 32, dtype=torch.uint8)
     cb.fprop(a4, sa4, b, sb, offs * 4)
-    assert seen[-1] == 16
+    assert seen[-1] == cb.config_id(cb.SCHEDULES["fprop"]) | 16
 
 
 def test_dgrad_in_parts_errors_name_the_argument():

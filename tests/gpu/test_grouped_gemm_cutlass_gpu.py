@@ -36,7 +36,7 @@ def compare_with_nan(out, ref, tol):
 
 
 @pytest.fixture(params=["cooperative", "pingpong", "cooperative_2x1:along_n", "cooperative_1x1:swizzle=4",
-                        "cooperative_lpt"])
+                        "cooperative_lpt", "cooperative_n192_2x1", "cooperative_n192_2x1:along_m"])
 def schedule(request, monkeypatch):
     """Every CUTLASS kernel, and the scheduler options (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", request.param)
@@ -313,6 +313,47 @@ def test_wgrad_lpt_scheduler_matches_static_bit_for_bit(ext, monkeypatch):
     assert torch.equal(outs["cooperative_lpt"][3], torch.zeros_like(outs["cooperative_lpt"][3]))
     assert rel(outs["cooperative_lpt"], ref) < TOL_BF16
     assert rel(outs["cooperative_lpt"][10], ref[10]) < TOL_BF16  # the long group on its own
+
+
+def test_n192_kernel_equals_128_wide_bit_for_bit(ext, monkeypatch):
+    """The 128x192 kernel promotes with the product of the two scales first (blockwise_grouped.cuh's accumulator
+    specialization), as the 128x128 kernels do, so every pass gives the same bits: scales over 2^-100..2^100 (where
+    (partial * sa) * sb would leave fp32's range), an output width that ends in a partial 192 tile (1000 = 5 x 192
+    + 40), awkward groups, padding rows."""
+    from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop, mxfp8_grouped_mm_wgrad
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(11)
+    sizes = [0, 1, 31, 33, 127, 129, 1000, 0, 2561]
+    offs, E = offs_of(sizes), len(sizes)
+    M, K, N = sum(sizes) + PAD, 1024, 1000
+    ramp = torch.logspace(-100, 100, K // 128, base=2.0, device="cuda").repeat_interleave(128)
+    x = torch.randn(M, K, device="cuda") * ramp
+    w = torch.randn(E, N, K, device="cuda") * ramp.flip(0) * 0.02
+    ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
+    do = torch.randn(M, 1024, device="cuda")
+    dd, ds = to_mxfp8_blocked(do, -1, 128, 1)
+    wt = (torch.randn(E, K, 1024, device="cuda") * 0.02 * ramp[:, None])
+    wtd, wts = to_mxfp8_blocked(wt, -1, 128, 128)
+    wsz = [s // 128 * 128 for s in sizes]  # wgrad groups start on 128 tokens
+    woffs, T = offs_of(wsz), sum(wsz) + 256
+    xt, xs = to_mxfp8_blocked((torch.randn(T, N, device="cuda") * 1e20).t(), -1, 128, 128)
+    dt, dts = to_mxfp8_blocked((torch.randn(T, K, device="cuda") * 1e-20).t(), -1, 128, 1)
+    outs = {}
+    for wide, pair in (("cooperative", "cooperative_lpt"), ("cooperative_n192_2x1", "cooperative_n192_2x1")):
+        monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"fprop={wide};dgrad={wide};wgrad={pair}")
+        poison_allocator(M * N * 2)
+        f = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
+        poison_allocator(M * K * 2)
+        d = mxfp8_grouped_mm_dgrad(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=128, w_tile=128,
+                                   backend="cutlass")
+        poison_allocator(E * K * N * 4)
+        g = mxfp8_grouped_mm_wgrad(dt, dts, xt, xs, woffs, block=128, a_tile=128, backend="cutlass")
+        outs[wide] = (f, d, g)
+    for name, a, b in zip(("fprop", "dgrad", "wgrad"), outs["cooperative"], outs["cooperative_n192_2x1"]):
+        assert a.isfinite().all() and a.abs().max() > 0, name
+        assert torch.equal(a.view(torch.int16 if a.dtype == torch.bfloat16 else torch.int32),
+                           b.view(torch.int16 if b.dtype == torch.bfloat16 else torch.int32)), name
 
 
 def test_auto_picks_cutlass_for_mx128(ext):

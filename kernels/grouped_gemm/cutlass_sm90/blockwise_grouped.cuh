@@ -44,6 +44,42 @@
 
 #include "lpt_group_scheduler.h"
 
+// The promotion of the 128x192 tiles (kCoopN192x2). With a row scale for A (1x128) and more than one
+// column scale for B per tile, CUTLASS's mainloop promotes with accum += partial * sa * sb: an FMUL and an FFMA per
+// accumulator, and a rounding order, (partial * sa) * sb, that differs from the 128x128 kernels' partial * (sa * sb)
+// where partial * sa leaves fp32's range. This specialization of its accumulator helper, for the 96 fp32 values a
+// thread holds of a 128x192 tile (2 consumer warpgroups, m64n192 each), forms the products of the scales first: two
+// rows x three column blocks = six FMULs a thread that the compiler shares over the 96 FFMAs, and the same bits as
+// the 128x128 kernels. The mainloop calls only scale(sa, sb) when the promotion interval is one 128-deep block (our
+// case; other members are left out on purpose, so any other use fails to compile).
+namespace cutlass::gemm::collective {
+template <class LayoutAccum>
+struct GmmaFP8Accumulation<cute::ArrayEngine<float, 96>, LayoutAccum> {
+  using TensorAccum = cute::Tensor<cute::ArrayEngine<float, 96>, LayoutAccum>;
+  using ElementAccumulator = float;
+
+ private:
+  TensorAccum& accum_;
+  TensorAccum accum_temp_;
+
+ public:
+  CUTLASS_DEVICE GmmaFP8Accumulation(TensorAccum& accum, uint32_t, uint32_t)
+      : accum_(accum), accum_temp_(cute::make_fragment_like(accum)) {}
+
+  CUTLASS_DEVICE TensorAccum& operator()() { return accum_temp_; }
+
+  template <class EngineScaleA, class LayoutScaleA, class EngineScaleB, class LayoutScaleB>
+  CUTLASS_DEVICE void scale(const cute::Tensor<EngineScaleA, LayoutScaleA>& sa,
+                            const cute::Tensor<EngineScaleB, LayoutScaleB>& sb) {
+    // the scales' shapes refine the accumulator's (SFB splits the 24 n8 chunks as (8, 3)), same linear order
+    static_assert(cute::size(LayoutScaleA{}) == 96 && cute::size(LayoutScaleB{}) == 96,
+                  "scales must cover the 96 accumulators");
+    CUTLASS_PRAGMA_UNROLL
+    for (int i = 0; i < cute::size(accum_); ++i) accum_(i) += accum_temp_(i) * (sa(i) * sb(i));
+  }
+};
+}  // namespace cutlass::gemm::collective
+
 namespace titan_mx {
 
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -91,13 +127,15 @@ static __device__ __forceinline__ void sfa_rows(const GroupedProblem& p, float* 
   for (int64_t kb = 0; kb < rb; ++kb) dst[kb * mg] = e8m0_to_float(src[kb * 4 * p.sa_s1]);
 }
 
-// kRows, B scales: SFB_e[kb][cb] = sb[e, cb * 128, kb * 4]
-static __device__ __forceinline__ void sfb_rows(const GroupedProblem& p, float* sfb, int64_t cb_n, int64_t block) {
+// kRows, B scales: SFB_e[kb][cb] = sb[e, cb * gran, kb * 4] (gran: the kernel's column granularity of SFB, 128 or
+// 64; the E8M0 byte of a 128x128 tile is repeated on each of its rows, so a 64-column block reads its tile's byte)
+static __device__ __forceinline__ void sfb_rows(const GroupedProblem& p, float* sfb, int64_t cb_n, int64_t gran,
+                                                int64_t block) {
   int64_t i = block * blockDim.x + threadIdx.x;
   int64_t rb = p.R / 128;
   if (i >= int64_t(p.groups) * rb * cb_n) return;
   int64_t cb = i % cb_n, kb = (i / cb_n) % rb, e = i / (cb_n * rb);
-  sfb[i] = e8m0_to_float(p.sb[e * p.sb_s0 + cb * 128 * p.sb_s1 + kb * 4 * p.sb_s2]);
+  sfb[i] = e8m0_to_float(p.sb[e * p.sb_s0 + cb * gran * p.sb_s1 + kb * 4 * p.sb_s2]);
 }
 
 // kRed, A scales: SFA[tb][r] = sa[r, tb * 4] for every 128-token block tb (group g reads from tb = start / 128)
@@ -108,13 +146,13 @@ static __device__ __forceinline__ void sfa_red(const GroupedProblem& p, float* s
   sfa[i] = e8m0_to_float(p.sa[r * p.sa_s0 + tb * 4 * p.sa_s1]);
 }
 
-// kRed, B scales (128 x 128 tiles): SFB[tb][cb] = sb[cb * 128, tb * 4]
+// kRed, B scales (128 x 128 tiles): SFB[tb][cb] = sb[cb * gran, tb * 4]
 static __device__ __forceinline__ void sfb_red(const GroupedProblem& p, float* sfb, int64_t tb_n, int64_t cb_n,
-                                               int64_t block) {
+                                               int64_t gran, int64_t block) {
   int64_t i = block * blockDim.x + threadIdx.x;
   if (i >= tb_n * cb_n) return;
   int64_t cb = i % cb_n, tb = i / cb_n;
-  sfb[i] = e8m0_to_float(p.sb[cb * 128 * p.sb_s1 + tb * 4 * p.sb_s2]);
+  sfb[i] = e8m0_to_float(p.sb[cb * gran * p.sb_s1 + tb * 4 * p.sb_s2]);
 }
 
 // The two zero-fill tasks below run on every call but have work only in rare cases (padding rows, empty
@@ -207,8 +245,8 @@ struct PrepGrid {
 };
 
 template <class Shape3, class EA, class EB, class ED, class SA, class SB, class SD>
-__global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* sfb, int64_t cb_n, int64_t tb_n,
-                            GroupArgs<Shape3, EA, EB, ED, SA, SB, SD> args) {
+__global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* sfb, int64_t cb_n, int64_t cb_gran,
+                            int64_t tb_n, GroupArgs<Shape3, EA, EB, ED, SA, SB, SD> args) {
   int64_t b = blockIdx.x;  // uniform over the block: every thread of a block takes the same task
   if (b < grid.sfa) {
     if (p.mode == kRows) sfa_rows(p, sfa, b); else sfa_red(p, sfa, tb_n, b);
@@ -216,7 +254,7 @@ __global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* 
   }
   b -= grid.sfa;
   if (b < grid.sfb) {
-    if (p.mode == kRows) sfb_rows(p, sfb, cb_n, b); else sfb_red(p, sfb, tb_n, cb_n, b);
+    if (p.mode == kRows) sfb_rows(p, sfb, cb_n, cb_gran, b); else sfb_red(p, sfb, tb_n, cb_n, cb_gran, b);
     return;
   }
   b -= grid.sfb;
@@ -235,6 +273,7 @@ __global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* 
 template <class ElementD, int Sched>
 struct BlockwiseGrouped {
   static constexpr bool kLpt = Sched == kCoopLpt;
+  static constexpr bool kN192 = Sched == kCoopN192x2;
   // LptGroupProblemShape selects lpt_group_scheduler.h's dynamic scheduler; it is a GroupProblemShape otherwise
   using ProblemShape = cute::conditional_t<kLpt, LptGroupProblemShape,
                                            cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>;
@@ -246,17 +285,22 @@ struct BlockwiseGrouped {
   static constexpr int kAlignAB = 16;
   static constexpr int kAlignD = 128 / cutlass::sizeof_bits<ElementD>::value;
   static constexpr bool kPP = Sched == kPingpong;
-  using TileShape = cute::conditional_t<kPP, cute::Shape<cute::_64, cute::_128, cute::_128>,
-                                        cute::Shape<cute::_128, cute::_128, cute::_128>>;
+  using TileShape = cute::conditional_t<
+      kPP, cute::Shape<cute::_64, cute::_128, cute::_128>,
+      cute::conditional_t<kN192, cute::Shape<cute::_128, cute::_192, cute::_128>,
+                          cute::Shape<cute::_128, cute::_128, cute::_128>>>;
   using EpiSchedule = cute::conditional_t<kPP, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
                                           cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
   using MainSchedule = cute::conditional_t<kPP, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
   using ClusterShape = cute::conditional_t<
-      Sched == kCoop2x1, cute::Shape<cute::_2, cute::_1, cute::_1>,
+      Sched == kCoop2x1 || Sched == kCoopN192x2, cute::Shape<cute::_2, cute::_1, cute::_1>,
       cute::conditional_t<Sched == kCoop1x1, cute::Shape<cute::_1, cute::_1, cute::_1>,
                           cute::Shape<cute::_1, cute::_2, cute::_1>>>;
-  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, 128, 128>;  // MN-major SFA / SFB
+  // SFB's column granularity: 128 (one scale per 128x128 weight tile) where the tile is 128 wide; a 192-wide tile
+  // straddles two weight tiles, so it reads the same scales at 64 columns (three per tile)
+  static constexpr int kSfbGranN = kN192 ? 64 : 128;
+  using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kSfbGranN, 128>;  // MN-major SFA / SFB
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
@@ -292,7 +336,7 @@ struct BlockwiseGrouped {
   static Carve carve(const GroupedProblem& p, size_t ws_bytes, int sm_count) {
     Carve c{};
     int E = p.groups;
-    c.cb_n = cdiv(p.C, 128);
+    c.cb_n = cdiv(p.C, kSfbGranN);
     if (p.mode == kRows) {
       c.sfa_n = p.M * (p.R / 128);
       c.sfb_n = int64_t(E) * (p.R / 128) * c.cb_n;
@@ -395,7 +439,8 @@ struct BlockwiseGrouped {
         reinterpret_cast<StrideA*>(base + c.sta), reinterpret_cast<StrideB*>(base + c.stb),
         reinterpret_cast<StrideD*>(base + c.std_), reinterpret_cast<unsigned long long*>(base + c.sched),
         c.sched_words, kLpt};
-    prep_kernel<<<unsigned(grid.total()), T, 0, stream>>>(p, grid, sfa, sfb, c.cb_n, c.tb_n, group_args);
+    prep_kernel<<<unsigned(grid.total()), T, 0, stream>>>(p, grid, sfa, sfb, c.cb_n, kSfbGranN, c.tb_n,
+                                                          group_args);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) {
       snprintf(msg, sizeof msg, "prep kernels: %s", cudaGetErrorString(err));

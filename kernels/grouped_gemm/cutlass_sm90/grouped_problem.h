@@ -47,10 +47,19 @@ struct GroupedProblem {
 //   kCoopLpt      cooperative, cluster 1x2, dynamic tile scheduler (lpt_group_scheduler.h): groups longest
 //                 reduction first (kRed), tiles after the first wave from a global ticket counter; for wgrad,
 //                 where a tile costs its group's token count
+//   kCoopN192x2   cooperative, 128x192x128 tiles, cluster 2x1 (B multicast): each weight tile a CTA loads serves
+//                 192 output columns, and one load feeds two row tiles: 28 KB per CTA per 128-deep step for 2 x 1.5
+//                 the FLOPs of a 128x128 tile with A multicast (24 KB); DeepGEMM's sm_90 choice at our shapes. B's
+//                 scales are read at 64-column granularity (a tile straddles two 128x128 weight tiles). Measured
+//                 and dropped (benchmarks/results/issue10_n192_s19/): 128x192 with A multicast (1x2), 0.92-1.06x
+//                 the 128x128 kernel; its cooperative_lpt twin for wgrad, 0.91-1.07x
 // Larger tiles do not fit: the blockwise mainloop keeps two fp32 accumulators (the running sum and the partial of
-// the current 128 of the reduction), so a 64x256 or 128x128 tile per warpgroup needs 256 registers a thread.
-enum Schedule : int { kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4 };
-constexpr int kNumSchedules = 5;
+// the current 128 of the reduction), so a 64x256 or 128x128 tile per warpgroup needs 256 registers a thread
+// (64x192: 192).
+enum Schedule : int {
+  kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4, kCoopN192x2 = 5
+};
+constexpr int kNumSchedules = 6;
 
 #define TITAN_MX_DECLARE(DT, SCHED)                                                                   \
   size_t scratch_bytes_##DT##_##SCHED(const GroupedProblem& p, int sm_count);                         \
@@ -61,6 +70,7 @@ TITAN_MX_DECLARE(bf16, pp) TITAN_MX_DECLARE(f32, pp)
 TITAN_MX_DECLARE(bf16, coop2x1) TITAN_MX_DECLARE(f32, coop2x1)
 TITAN_MX_DECLARE(bf16, coop1x1) TITAN_MX_DECLARE(f32, coop1x1)
 TITAN_MX_DECLARE(bf16, cooplpt) TITAN_MX_DECLARE(f32, cooplpt)
+TITAN_MX_DECLARE(bf16, coopn192x2) TITAN_MX_DECLARE(f32, coopn192x2)
 #undef TITAN_MX_DECLARE
 
 }  // namespace titan_mx
