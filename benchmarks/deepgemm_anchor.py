@@ -71,6 +71,14 @@ def mn_major(sf):
     return sf.t().contiguous().t()
 
 
+def fp32_scales(scale, tile):
+    """E8M0 bytes [..., R, C/32] (shared over 4 blocks x tile rows) -> one fp32 per 1x128 (tile 1) or 128x128
+    (tile 128) region: the scales DeepGEMM reads."""
+    from kernels.mxfp8.reference import e8m0_to_fp32
+    s = e8m0_to_fp32(scale[..., ::4])
+    return s[..., ::tile, :].contiguous() if tile > 1 else s
+
+
 def per_group_kmajor(t, sizes):
     """[R, M] token-major-along-columns copy -> flat concat of t[:, s:t] ([R, k_g] row-major) per group: the
     A/B layout of DeepGEMM's sm_90 k-grouped FP8 GEMM (tests/generators.py generate_k_grouped_contiguous)."""
@@ -134,18 +142,24 @@ def main():
     ap.add_argument("--passes", default=",".join(PASSES))
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--warm", default="", help="SHAPE:PASS: only JIT-compile DeepGEMM's kernel for it")
+    ap.add_argument("--ours-schedule", action="append", default=[], metavar="LABEL@SCHEDULE",
+                    help="also time our CUTLASS kernels under $TITAN_FP8_CUTLASS_SCHEDULE=SCHEDULE, rows "
+                         "'ours[LABEL]' (e.g. s18@fprop=cooperative;dgrad=cooperative;wgrad=cooperative_lpt); "
+                         "their rel_vs_ours is against the default kernels")
     args = ap.parse_args()
     if args.warm:
         return warm(args.warm)
+    extra = {}
+    for spec in args.ours_schedule:
+        label, _, sched = spec.partition("@")
+        if not label or not sched:
+            raise SystemExit(f"--ours-schedule {spec!r}: expected LABEL@SCHEDULE")
+        extra[f"ours[{label}]"] = sched
     dg = import_deep_gemm()
+    from benchmarks.mxfp8_grouped_gemm_backends import with_schedule
     from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop, mxfp8_grouped_mm_wgrad
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
-    from kernels.mxfp8.reference import e8m0_to_fp32
-
-    def f32(scale, tile):  # E8M0 bytes [..., R, C/32] (shared over 4 blocks x tile rows) -> one fp32 per region
-        s = e8m0_to_fp32(scale[..., ::4])
-        return s[..., ::tile, :].contiguous() if tile > 1 else s
-
+    f32 = fp32_scales
     torch.manual_seed(0)
     meta = {"device": torch.cuda.get_device_name(),
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -191,6 +205,12 @@ def main():
         kern["wgrad"]["mx128_cutlass"] = [lambda q=q: mxfp8_grouped_mm_wgrad(
             *q[2], *q[3], offs, block=128, a_tile=128, token_align=128, **kw) for q in qs]
         checks = {}
+        for name, sched in extra.items():
+            for p in PASSES:
+                kern[p][name] = [with_schedule(f, sched) for f in kern[p]["mx128_cutlass"]]
+                ours, got = kern[p]["mx128_cutlass"][0](), kern[p][name][0]()
+                checks[(p, name)] = {"rel_vs_ours": float(f"{rel(got, ours):.3g}")}
+                del ours, got
         for p in args.passes.split(","):
             dg_fns, dg_outs = [], []
             try:
@@ -213,7 +233,8 @@ def main():
                 jit_s = time.time() - t0
                 ours = kern[p]["mx128_cutlass"][0]()
                 torch.cuda.synchronize()
-                checks[p] = {"rel_vs_ours": float(f"{rel(dg_outs[0], ours):.3g}"), "first_call_s": round(jit_s, 2)}
+                checks[(p, "deepgemm")] = {"rel_vs_ours": float(f"{rel(dg_outs[0], ours):.3g}"),
+                                           "first_call_s": round(jit_s, 2)}
                 del ours
                 kern[p]["deepgemm"] = dg_fns
             except Exception as e:  # a failing DeepGEMM call is a row, the rest still runs
@@ -225,9 +246,9 @@ def main():
                          TFLOPs=round(flops / ms / 1e9, 1), iqr=round(iqr, 3))
                 if v != "bf16":
                     r["vs_bf16"] = round(res["bf16"][0] / ms, 3)
-                if v == "deepgemm":
-                    r["vs_ours"] = round(res["mx128_cutlass"][0] / ms, 3)  # >1: DeepGEMM faster than ours
-                    r.update(checks.get(p, {}))
+                if v == "deepgemm" or v in extra:
+                    r["vs_ours"] = round(res["mx128_cutlass"][0] / ms, 3)  # >1: faster than our default kernels
+                    r.update(checks.get((p, v), {}))
                 rec(**r)
         del sets, w, wq, wqt, qs, kern, dg_b
         torch.cuda.empty_cache()

@@ -17,8 +17,11 @@
 # DeepGEMM JIT-compiles each kernel with nvcc at first call (-I deep_gemm/include only, so cute/ and cutlass/ are
 # linked in there, as its setup.py copies them) into $DG_JIT_CACHE_DIR; the nine kernels are compiled by nine
 # processes at once (--warm) while our CUTLASS extension builds, then one process times everything.
-# $OUT: build_dg.log, build_ours.log, first.log, variant.txt, warm.log, bench.log, deepgemm_anchor-*.json.
-# DG_ROUNDS: timing rounds (default 30).
+# $OUT: build_dg.log, build_ours.log, first.log, variant.txt, warm.log, bench.log, deepgemm_anchor-*.json
+# (+ pytest.log with DG_TESTS, ncu_<i>.* with DG_NCU, backends.log + its json with DG_BACKENDS_ARGS), all packed
+# into $OUT/all.tgz at the end.
+# DG_ROUNDS: timing rounds (default 30); DG_SKIP_BENCH=1 skips the anchor's timing; DG_PRINT_CONFIGS=1 (DeepGEMM's
+# own variable) logs the block sizes / cluster / stages its heuristics pick.
 source benchmarks/device_env.sh
 DG=$PWD/third_party_build/DeepGEMM
 CI=/tmp/site/cutlass_library/source/include
@@ -31,27 +34,23 @@ fi
 ln -sfn "$CI/cute" "$DG/deep_gemm/include/cute"
 ln -sfn "$CI/cutlass" "$DG/deep_gemm/include/cutlass"
 # ours, in the background (its nvcc jobs and DeepGEMM's one g++ job share the 16 cores)
-( MAX_JOBS=12 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('CUTLASS ready')"
+( MAX_JOBS=15 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('CUTLASS ready')"
   echo "ours build rc=$? (${SECONDS}s)" ) > "$OUT/build_ours.log" 2>&1 &
 ours=$!
-# Two builds of deep_gemm._C at once, differing only in how libstdc++ is bound. Session 18's first two calls: built
-# with torch's default flags, the first DeepGEMM call segfaulted inside std::regex (IncludeParser::get_includes ->
+# deep_gemm._C with its own static libstdc++, kept private (--exclude-libs). Session 18: built with torch's default
+# flags (or setup.py's), the first DeepGEMM call segfaulted inside std::regex (IncludeParser::get_includes ->
 # regex_traits::transform_primary, before any nvcc run; NVRTC the same): the extension's inline libstdc++ code
-# meets another copy's locale internals in the python process (torch is loaded first, RTLD_GLOBAL).
-#   A: setup.py's own flags (-std=c++17 -O3 ...) in case the C++ standard torch picks (newer) is what differs;
-#   B: A + its own static libstdc++, kept private (--exclude-libs), so its regex/locale code binds to itself.
-# Each goes into its own package copy (/tmp/dgpkg_X/deep_gemm); the first whose first kernel runs is used.
-# Call 3 of session 18: A segfaulted the same way, B ran (benchmarks/results/deepgemm_anchor_s18/NOTE.md).
-build() {  # $1 = A|B
-  V=$1 python3 - <<'EOF'
+# meets another copy's locale internals in the python process (torch is loaded first, RTLD_GLOBAL);
+# benchmarks/results/deepgemm_anchor_s18/NOTE.md. Only the working variant ("B" there) is built now.
+build() {
+  V=B python3 - <<'EOF'
 import glob, os, shutil, time
 from torch.utils.cpp_extension import load
 dg, cuda, ci, v = os.environ["DG"], os.environ["CUDA_HOME"], os.environ["CI"], os.environ["V"]
 t0, bd, pkg = time.time(), f"/tmp/dg_build_{v}", f"/tmp/dgpkg_{v}"
 os.makedirs(bd, exist_ok=True)
 ld = [f"-L{cuda}/lib64", "-lcudart", "-lnvrtc"]
-if v == "B":
-    ld += ["-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL"]
+ld += ["-static-libstdc++", "-static-libgcc", "-Wl,--exclude-libs,ALL"]
 load(name="_C", sources=[f"{dg}/csrc/python_api.cpp"], build_directory=bd,
      extra_include_paths=[f"{cuda}/include", f"{cuda}/include/cccl", f"{dg}/deep_gemm/include", ci,
                           f"{dg}/third-party/fmt/include"],
@@ -63,24 +62,14 @@ shutil.copy(glob.glob(f"{bd}/_C*.so")[0], f"{pkg}/deep_gemm/_C.so")
 print(f"deep_gemm._C variant {v} built in {time.time() - t0:.0f}s")
 EOF
 }
-build A > "$OUT/build_dg.log" 2>&1 &
-a=$!
-build B > "$OUT/build_dg_B.log" 2>&1
-rcB=$?; wait $a; rcA=$?
-echo "deep_gemm builds rc A=$rcA B=$rcB (${SECONDS}s)"; tail -1 "$OUT/build_dg.log"; tail -1 "$OUT/build_dg_B.log"
-cat "$OUT/build_dg_B.log" >> "$OUT/build_dg.log"; rm -f "$OUT/build_dg_B.log"
+build > "$OUT/build_dg.log" 2>&1
+echo "deep_gemm build rc=$? (${SECONDS}s)"; tail -1 "$OUT/build_dg.log"
 grep -m6 -E "error|Error" "$OUT/build_dg.log"
-python3 -c "import torch; print([l.split()[-1] for l in open('/proc/self/maps') if 'libstdc++' in l][:1])"
 gcc --version | head -1
-BASE=$PYTHONPATH; ok=""
-for v in A B; do
-  [ -f /tmp/dgpkg_$v/deep_gemm/_C.so ] || continue
-  export PYTHONPATH=/tmp/dgpkg_$v:$BASE
-  timeout 150 python3 -X faulthandler benchmarks/deepgemm_anchor.py --warm llama_up:fprop > "$OUT/first.log" 2>&1
-  rc=$?; echo "variant $v first kernel rc=$rc (${SECONDS}s): $(grep -m1 -E '^warm|Fatal' "$OUT/first.log")"
-  [ $rc -eq 0 ] && { ok=$v; break; }
-done
-if [ -z "$ok" ]; then tail -12 "$OUT/first.log"; wait $ours; exit 4; fi
+export PYTHONPATH=/tmp/dgpkg_B:$PYTHONPATH; ok=B
+timeout 150 python3 -X faulthandler benchmarks/deepgemm_anchor.py --warm llama_up:fprop > "$OUT/first.log" 2>&1
+rc=$?; echo "first kernel rc=$rc (${SECONDS}s): $(grep -m1 -E '^warm|Fatal' "$OUT/first.log")"
+if [ $rc -ne 0 ]; then tail -12 "$OUT/first.log"; wait $ours; exit 4; fi
 echo "using variant $ok" | tee "$OUT/variant.txt"
 pids=()
 for s in dsv3_up dsv3_down llama_up; do for p in fprop dgrad wgrad; do
@@ -91,6 +80,33 @@ for p in "${pids[@]}"; do wait $p; done
 cat "$OUT"/warm_*.tmp > "$OUT/warm.log"; rm -f "$OUT"/warm_*.tmp
 echo "warm done (${SECONDS}s)"; grep -E "^warm|Error|error|failed" "$OUT/warm.log" | head -20
 wait $ours; tail -2 "$OUT/build_ours.log"
-python3 benchmarks/deepgemm_anchor.py --rounds ${DG_ROUNDS:-30} > "$OUT/bench.log" 2>&1
+if [ -n "${DG_TESTS:-}" ]; then  # pytest -k expression over our CUTLASS GPU tests, before the timing
+  timeout ${DG_TESTS_S:-200} python3 -m pytest -q -p no:cacheprovider -k "$DG_TESTS" \
+      tests/gpu/test_grouped_gemm_cutlass_gpu.py > "$OUT/pytest.log" 2>&1
+  echo "pytest rc=$? (${SECONDS}s): $(tail -1 "$OUT/pytest.log")"; grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head
+fi
+# DG_NCU="VARIANT/PASS/SHAPE ...": ncu profiles of one launch each (benchmarks/mx128_ncu_one.py; VARIANT ours,
+# ours@SCHEDULE or deepgemm): $OUT/ncu_<i>.raw.csv.gz (+ .sass.csv.gz) and the headline metrics / stall reasons
+i=0
+for j in ${DG_NCU:-}; do
+  IFS=/ read v p sh <<< "$j"; n=ncu_$i; i=$((i + 1)); echo "== $n: $v $p $sh"
+  timeout ${DG_NCU_S:-120} ncu --clock-control none --set full -k regex:"device_kernel|sm90_fp8_gemm_1d2d" -s 2 -c 1 \
+      -o $OUT/$n python3 benchmarks/mx128_ncu_one.py "$v" $p $sh > $OUT/$n.run.log 2>&1 || tail -5 $OUT/$n.run.log
+  ncu -i $OUT/$n.ncu-rep --page raw --csv > $OUT/$n.raw.csv 2>&1
+  ncu -i $OUT/$n.ncu-rep --page source --csv --print-source sass > $OUT/$n.sass.csv 2>&1
+  python3 benchmarks/gluon_ncu_stalls.py $OUT/$n.raw.csv 2>&1 | head -24
+  rm -f $OUT/$n.ncu-rep; gzip -f $OUT/$n.raw.csv $OUT/$n.sass.csv
+done
+if [ -z "${DG_SKIP_BENCH:-}" ]; then
+# DG_ARGS: more arguments for the anchor, e.g. --ours-schedule LABEL@SCHEDULE (rows of our other kernels)
+eval "python3 benchmarks/deepgemm_anchor.py --rounds ${DG_ROUNDS:-30} ${DG_ARGS:-}" > "$OUT/bench.log" 2>&1
 echo "bench rc=$? (${SECONDS}s)"
 sed -n '/^DeepGEMM anchor/,$p' "$OUT/bench.log"; grep -m5 -E "Error|error" "$OUT/bench.log"
+fi
+if [ -n "${DG_BACKENDS_ARGS:-}" ]; then  # then benchmarks/mxfp8_grouped_gemm_backends.py with these arguments
+  eval "timeout ${DG_BACKENDS_S:-240} python3 benchmarks/mxfp8_grouped_gemm_backends.py $DG_BACKENDS_ARGS" \
+      > "$OUT/backends.log" 2>&1
+  echo "backends rc=$? (${SECONDS}s)"; grep -v '^{' "$OUT/backends.log" | grep -v Warn | tail -60 | cut -c1-110
+fi
+# everything under $OUT as one archive (the device tool returns a limited number of files)
+(cd "$OUT" && tar czf /tmp/dg_out.tgz . && rm -rf ./* && mv /tmp/dg_out.tgz all.tgz)

@@ -18,12 +18,14 @@ Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16
   mx128_cutlass     backend="cutlass" with its default kernel per pass (cutlass_backend.SCHEDULES)
   mx128_cutlass_coop / _pp     backend="cutlass", schedule cooperative (128x128 tiles) / pingpong (64x128)
                     for every pass
+  mx128_cutlass_s18  backend="cutlass" with session 18's defaults (128x128 tiles: cooperative for fprop/dgrad,
+                    cooperative_lpt for wgrad)
   cutlass[<config>] (--cutlass-configs) backend="cutlass" under that kernel configuration (cluster shape,
                     raster order, swizzle: kernels/grouped_gemm/cutlass_backend.py SCHEDULES)
 Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantization, eager:
   bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
   pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass (default kernels),
-  op_mx128_cutlass_{coop,pp} (token_align=128),
+  op_mx128_cutlass_{coop,pp,s18} (token_align=128),
   op_mx32_triton, op_mx32_gluon
   (titan_fp8.float8.experts.mxfp8_grouped_mm). --ops picks a subset (default all). FLOPs: 3 GEMMs.
 Timing: per (shape, routing, pass) every variant round-robin, --rounds rounds (default 50), CUDA events per call,
@@ -64,7 +66,8 @@ OURS = {"mx128_triton": (128, 128, 128, "triton", None), "mx32_triton": (32, 128
         "mx32_gluon": (32, 128, 128, "gluon", None),
         "mx128_cutlass": (128, 128, 128, "cutlass", None),
         "mx128_cutlass_coop": (128, 128, 128, "cutlass", "cooperative"),
-        "mx128_cutlass_pp": (128, 128, 128, "cutlass", "pingpong")}
+        "mx128_cutlass_pp": (128, 128, 128, "cutlass", "pingpong"),
+        "mx128_cutlass_s18": (128, 128, 128, "cutlass", "fprop=cooperative;dgrad=cooperative;wgrad=cooperative_lpt")}
 SCHED_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
 
 
@@ -335,7 +338,7 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
     mm = experts.mxfp8_grouped_mm
     ops["op_mx128_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx128", backend="triton")
     ops["op_mx128_cutlass"] = lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128)
-    for sched, tag in (("cooperative", "coop"), ("pingpong", "pp")):
+    for sched, tag in (("cooperative", "coop"), ("pingpong", "pp"), (OURS["mx128_cutlass_s18"][4], "s18")):
         ops[f"op_mx128_cutlass_{tag}"] = with_schedule(
             lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), sched)
     ops["op_mx32_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="triton")
