@@ -19,6 +19,9 @@ is about the routed experts). Variants of the SAME layer (deep copies, same weig
                   default TRACED_LAUNCH (traced for mxfp8). Set around each of this variant's steps.
   <mx128>^<cfg>   (optional) the mxfp8 mx128 CUTLASS GEMMs under that kernel configuration (one for every pass, or
                   "fprop=<cfg>;dgrad=<cfg>;wgrad=<cfg>": kernels/grouped_gemm/cutlass_backend.py SCHEDULES)
+  <ours>~copy     (optional) [float8] moe_keep_input_copy = true: the experts keep x's float8 token-major copy
+                  from forward to backward (the default, since session 20, remakes it in backward from x, which
+                  the router keeps anyway)
   tw:<variant>    (optional) the shared expert's three Linears in float8 tensorwise as well, as a run with
                   `recipe_name = "tensorwise"` converts them: titan_fp8's Float8Linear for bf16 / ours, torchao's
                   float8 Linear (convert_to_float8_training, recipe "tensorwise") for torchao_fp8; so "tw:bf16" is
@@ -125,6 +128,16 @@ CUTLASS_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
 
 
 def build_variant(base: MoE, full_name: str, emulate: bool) -> MoE:
+    hold_copy = "~copy" in full_name
+    if hold_copy and full_name.removeprefix("tw:").split("~")[0] in ("bf16", "torchao_fp8"):
+        raise ValueError(f"variant {full_name!r}: ~copy is for our float8 variants (the fused experts)")
+    moe = _build_variant_cfg(base, full_name.replace("~copy", ""), emulate)
+    if hold_copy:
+        moe.experts.keep_input_copy = True  # [float8] moe_keep_input_copy
+    return moe
+
+
+def _build_variant_cfg(base: MoE, full_name: str, emulate: bool) -> MoE:
     full_name, _, cutlass_cfg = full_name.partition("^")
     if cutlass_cfg:
         from kernels.grouped_gemm.cutlass_backend import SCHEDULES, schedule_id

@@ -178,6 +178,9 @@ class Float8:
     # expert parallelism: what the dispatch all-to-all carries. "float8" sends the experts' float8 input
     # (rows + scales, the first grouped GEMM's layout); needs moe_recipe_name != "none". Combine stays bf16.
     dispatch_dtype: str = "bf16"
+    # float8 experts: keep their float8 token-major copy of the layer input from forward to backward (faster:
+    # no remake in backward) instead of remaking it from the input the router keeps anyway (default: less memory)
+    moe_keep_input_copy: bool = False
 
 
 @dataclass(frozen=True)

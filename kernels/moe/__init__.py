@@ -7,6 +7,8 @@ scale block along both axes; ignored by fp8_rowwise).
   dispatch_quantize(x [N, D], src [P] int64, offs [E] int32, recipe, block) -> (xq [P, D], xs, xtq [D, P], xts)
       rows gathered into expert order (src == N: zero row), row-quantized (fprop operand) AND the token-major copy
       (wgrad operand) from ONE read of x (mxfp8; fp8_rowwise reads x twice, see below). No bf16 copy is kept.
+      outputs=ROWS / TOKEN_MAJOR makes one copy only (the other comes back empty: reference.unmade_*): a caller
+      that keeps x anyway makes the token-major copy in backward, next to wgrad, instead of holding it.
   combine(y [P, D], pos [N*k] int64, weights [N, k] fp32) -> out [N, D] (y.dtype)
       out[t] = sum_j weights[t, j] * y[pos[t*k + j]]: fixed slot order, fp32, no atomics.
   combine_backward(dout [N, D], y [P, D], pos, weights, src, offs, recipe, block)
@@ -56,18 +58,23 @@ import os
 import torch
 
 from .reference import (  # noqa: F401
+    BOTH,
     MX_BLOCKS,
     RECIPES,
+    ROWS,
+    TOKEN_MAJOR,
     combine_backward_reference,
     combine_reference,
     dispatch_quantize_reference,
     quantize_both,
     swiglu_quantize_backward_reference,
     swiglu_quantize_reference,
+    unmade_rows,
+    unmade_token_major,
 )
 
-__all__ = ["dispatch_quantize", "combine", "combine_backward", "swiglu_quantize", "swiglu_quantize_backward",
-           "dispatch_quantize_reference", "combine_reference", "combine_backward_reference",
+__all__ = ["dispatch_quantize", "ROWS", "TOKEN_MAJOR", "BOTH", "combine", "combine_backward", "swiglu_quantize",
+           "swiglu_quantize_backward", "dispatch_quantize_reference", "combine_reference", "combine_backward_reference",
            "swiglu_quantize_reference", "swiglu_quantize_backward_reference", "RECIPES", "MX_BLOCKS"]
 
 _BACKENDS = ("auto", "reference", "triton")
@@ -185,10 +192,11 @@ TRACED_LAUNCH = (frozenset() if os.environ.get("TRITON_INTERPRET", "0") == "1"
                  else _traced_recipes(os.environ.get("TITAN_FP8_MOE_TRACED_LAUNCH", "mxfp8")))
 
 
-def _dispatch_impl(x, src, offs, recipe, block, col_tile, traced):
+def _dispatch_impl(x, src, offs, recipe, block, col_tile, outputs, traced):
     (N, D), P = x.shape, src.shape[0]
     q, s, qt, st, _ = _triton().quantize_values(0, x, src, N=N, P=P, C=D, H=0, K=1, offs=offs, recipe=recipe,
-                                                block=block, who="dispatch_quantize", col_tile=col_tile, traced=traced)
+                                                block=block, who="dispatch_quantize", col_tile=col_tile, traced=traced,
+                                                outputs=outputs)
     return q, s, qt, st
 
 
@@ -220,13 +228,14 @@ _Q5 = tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 @torch.library.custom_op("titan_fp8::moe_dispatch_quantize", mutates_args=())
-def _dispatch_op(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int, col_tile: int) -> _Q4:
-    return _dispatch_impl(x, src, offs, recipe, block, col_tile, False)
+def _dispatch_op(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int, col_tile: int, outputs: int) -> _Q4:
+    return _dispatch_impl(x, src, offs, recipe, block, col_tile, outputs, False)
 
 
 @torch.library.triton_op("titan_fp8::moe_dispatch_quantize_traced", mutates_args=())
-def _dispatch_traced(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int, col_tile: int) -> _Q4:
-    return _dispatch_impl(x, src, offs, recipe, block, col_tile, True)
+def _dispatch_traced(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int, col_tile: int,
+                     outputs: int) -> _Q4:
+    return _dispatch_impl(x, src, offs, recipe, block, col_tile, outputs, True)
 
 
 @torch.library.custom_op("titan_fp8::moe_combine", mutates_args=())
@@ -281,19 +290,22 @@ def _op(opaque, traced, recipe):
 
 
 # fake implementations: shapes, dtypes and strides of what the kernels return (torch.compile / FSDP tracing)
-def _fake_quantized(ref_t: Tensor, P: int, C: int, E: int, recipe: str):
+def _fake_quantized(ref_t: Tensor, P: int, C: int, E: int, recipe: str, outputs: int = BOTH):
     f8, u8, f32 = torch.float8_e4m3fn, torch.uint8, torch.float32
-    q = ref_t.new_empty((P, C), dtype=f8)
-    qt = ref_t.new_empty((C, P), dtype=f8)
     if recipe == "mxfp8":
-        st = torch.empty_strided((C, P // 32), (1, C), dtype=u8, device=ref_t.device)
-        return q, ref_t.new_empty((P, C // 32), dtype=u8), qt, st
-    return q, ref_t.new_empty((P,), dtype=f32), qt, ref_t.new_empty((E, C), dtype=f32)
+        rows = (ref_t.new_empty((P, C), dtype=f8), ref_t.new_empty((P, C // 32), dtype=u8))
+        cols = (ref_t.new_empty((C, P), dtype=f8),
+                torch.empty_strided((C, P // 32), (1, C), dtype=u8, device=ref_t.device))
+    else:
+        rows = (ref_t.new_empty((P, C), dtype=f8), ref_t.new_empty((P,), dtype=f32))
+        cols = (ref_t.new_empty((C, P), dtype=f8), ref_t.new_empty((E, C), dtype=f32))
+    return (*(rows if outputs & ROWS else unmade_rows(ref_t, C, recipe)),
+            *(cols if outputs & TOKEN_MAJOR else unmade_token_major(ref_t, C, recipe)))
 
 
 @_dispatch_op.register_fake
-def _(x, src, offs, recipe, block, col_tile):
-    return _fake_quantized(x, src.shape[0], x.shape[1], offs.shape[0], recipe)
+def _(x, src, offs, recipe, block, col_tile, outputs):
+    return _fake_quantized(x, src.shape[0], x.shape[1], offs.shape[0], recipe, outputs)
 
 
 @_combine_op.register_fake
@@ -319,9 +331,15 @@ def _(da, h13, offs, recipe, block):
 
 # ------------------------------------------------------------------------------------------ public API
 def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: int = 32, backend: str = "auto",
-                      col_tile: int = 1):
-    """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts); see the module docstring."""
+                      col_tile: int = 1, outputs: int = BOTH, opaque: bool = False):
+    """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts); see the module docstring. outputs: ROWS, TOKEN_MAJOR or BOTH
+    (the copies made; one left out comes back as reference.unmade_rows / unmade_token_major, never written).
+    opaque: the opaque custom op even where TRACED_LAUNCH would trace it. Under torch.compile a traced op's
+    output buffers are inductor's, allocated by empty calls without inputs, which its scheduler may place long
+    before the kernel (at the start of backward); the opaque op allocates when it runs."""
     who = "dispatch_quantize"
+    if outputs not in (ROWS, TOKEN_MAJOR, BOTH):
+        _fail(who, f"outputs={outputs!r}; expected ROWS ({ROWS}), TOKEN_MAJOR ({TOKEN_MAJOR}) or BOTH ({BOTH})")
     _check_float(who, "x", x)
     _check_index(who, "src", src, torch.int64)
     _check_offs(who, offs)
@@ -330,9 +348,10 @@ def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, recipe: str, block: 
     _check_col_tile(who, col_tile, recipe, x.shape[1], "x.shape[1] (D)")
     with torch.no_grad():
         if _use_triton(x, backend):
-            op = _op(_dispatch_op, _dispatch_traced, recipe)
-            return op(x.contiguous(), src.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile))
-        return dispatch_quantize_reference(x, src, offs, recipe, block, col_tile)
+            op = _dispatch_op if opaque else _op(_dispatch_op, _dispatch_traced, recipe)
+            return op(x.contiguous(), src.contiguous(), offs.contiguous(), recipe, int(block), int(col_tile),
+                      int(outputs))
+        return dispatch_quantize_reference(x, src, offs, recipe, block, col_tile, outputs)
 
 
 def _check_combine(who, y, pos, weights, D=None):

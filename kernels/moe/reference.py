@@ -77,8 +77,31 @@ def quantize_token_major(v: torch.Tensor, offs: torch.Tensor, recipe: str, block
     return data.t().contiguous().view(E4M3), scale
 
 
-def quantize_both(v, offs, recipe, block, col_tile=1):
-    return (*quantize_rows(v, recipe, block), *quantize_token_major(v, offs, recipe, block, col_tile))
+ROWS, TOKEN_MAJOR, BOTH = 1, 2, 3  # dispatch_quantize's `outputs`: which copies it makes
+
+
+def unmade_rows(ref: torch.Tensor, C: int, recipe: str):
+    """What stands for a row copy that was not made: (data [0, C], scale [0, C/32] (mxfp8) / [0] (fp8_rowwise))."""
+    if recipe == "mxfp8":
+        return ref.new_empty((0, C), dtype=E4M3), ref.new_empty((0, C // 32), dtype=torch.uint8)
+    return ref.new_empty((0, C), dtype=E4M3), ref.new_empty((0,), dtype=torch.float32)
+
+
+def unmade_token_major(ref: torch.Tensor, C: int, recipe: str):
+    """What stands for a token-major copy that was not made: (data [C, 0], scale [C, 0] (mxfp8, a transposed
+    view as the made one) / [0, C] (fp8_rowwise))."""
+    if recipe == "mxfp8":
+        return ref.new_empty((C, 0), dtype=E4M3), ref.new_empty((0, C), dtype=torch.uint8).t()
+    return ref.new_empty((C, 0), dtype=E4M3), ref.new_empty((0, C), dtype=torch.float32)
+
+
+def quantize_both(v, offs, recipe, block, col_tile=1, outputs=BOTH):
+    """(rows data, scale, token-major data, scale); a copy `outputs` leaves out is unmade_rows / unmade_token_major."""
+    C = v.shape[1]
+    rows = quantize_rows(v, recipe, block) if outputs & ROWS else unmade_rows(v, C, recipe)
+    cols = (quantize_token_major(v, offs, recipe, block, col_tile) if outputs & TOKEN_MAJOR
+            else unmade_token_major(v, C, recipe))
+    return (*rows, *cols)
 
 
 # ----------------------------------------------------------------------------------------------- SwiGLU
@@ -128,9 +151,10 @@ def gather_rows(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     return torch.where((src < n)[:, None], v, torch.zeros_like(v))
 
 
-def dispatch_quantize_reference(x, src, offs, recipe, block, col_tile=1):
-    """(xq [P, D], xs, xtq [D, P], xts): x's rows gathered into expert order (src == N -> zero row), quantized."""
-    return quantize_both(gather_rows(x, src), offs, recipe, block, col_tile)
+def dispatch_quantize_reference(x, src, offs, recipe, block, col_tile=1, outputs=BOTH):
+    """(xq [P, D], xs, xtq [D, P], xts): x's rows gathered into expert order (src == N -> zero row), quantized;
+    `outputs` (ROWS, TOKEN_MAJOR, BOTH) says which copies are made (quantize_both)."""
+    return quantize_both(gather_rows(x, src), offs, recipe, block, col_tile, outputs)
 
 
 def combine_reference(y, pos, weights):

@@ -52,7 +52,7 @@ from kernels.mxfp8.triton import (
     default_hw_cast,
 )
 
-from .reference import EXP2_COEFFS, EXP2_HI, EXP2_LO, NEG_LOG2E
+from .reference import BOTH, EXP2_COEFFS, EXP2_HI, EXP2_LO, NEG_LOG2E, ROWS, TOKEN_MAJOR
 
 if _INTERPRET:
     _fix_interpreter_scalar_index()  # run-time loop bounds (persistent row kernel)
@@ -208,20 +208,22 @@ def _tile(P, CL, BM: tl.constexpr, BD: tl.constexpr):
 @triton.jit
 def _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
               QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, HW_CAST: tl.constexpr, COL_TILE: tl.constexpr,
-              AMAX_FIRST: tl.constexpr):
+              AMAX_FIRST: tl.constexpr, ROWS: tl.constexpr = True, COLS: tl.constexpr = True):
     """Quantize the tile v [BM, BD] (output columns cols; their 32-blocks kb) both ways and store it: the row copy,
-    then the token-major copy. AMAX_FIRST: both amaxes are taken before the row copy is encoded (no other
-    difference: same values, same bytes); for MODE 1 at 128 x 128 / 8 warps ptxas then needs 128 registers
-    instead of 143 (sm_90a), i.e. two programs per SM instead of one."""
+    then the token-major copy (ROWS / COLS: only that copy). AMAX_FIRST: both amaxes are taken before the row copy
+    is encoded (no other difference: same values, same bytes); for MODE 1 at 128 x 128 / 8 warps ptxas then needs
+    128 registers instead of 143 (sm_90a), i.e. two programs per SM instead of one."""
     xr = tl.reshape(v, [BM, BD // QB, QB])
     ar = _amax_bits(xr, 2)
     xc = tl.reshape(v, [BM // QB, QB, BD])
-    if AMAX_FIRST:
+    if AMAX_FIRST and COLS:
         ac = _col_amax(xc, ar, BM, BD, QB, COL_TILE)
-    _mx_store_rows(xr, ar, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, C, QB, BM, BD, HW_CAST)
-    if not AMAX_FIRST:
-        ac = _col_amax(xc, ar, BM, BD, QB, COL_TILE)
-    _mx_store_cols(xc, ac, pid_m, rows, rmask, cols, cmask, qc_ptr, sc_ptr, P, C, QB, BM, BD, HW_CAST)
+    if ROWS:
+        _mx_store_rows(xr, ar, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, C, QB, BM, BD, HW_CAST)
+    if COLS:
+        if not AMAX_FIRST:
+            ac = _col_amax(xc, ar, BM, BD, QB, COL_TILE)
+        _mx_store_cols(xc, ac, pid_m, rows, rmask, cols, cmask, qc_ptr, sc_ptr, P, C, QB, BM, BD, HW_CAST)
 
 
 @triton.jit
@@ -268,12 +270,12 @@ def _mx_store_cols(xc, ac, pid_m, rows, rmask, cols, cmask, qc_ptr, sc_ptr, P, C
 def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
                MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
                HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1, HALVES: tl.constexpr = False,
-               AMAX_FIRST: tl.constexpr = False):
+               AMAX_FIRST: tl.constexpr = False, ROWS: tl.constexpr = True, COLS: tl.constexpr = True):
     # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
     # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features (the max of the row
     # amaxes of those QB rows: no second reduction over the values).
     # HALVES (MODE 3): the tile's columns are in [0, H) and it writes dh1's (cols) and dh3's (cols + H) from one
-    # sigmoid and one read of da / h1 / h3. AMAX_FIRST: see _mx_store.
+    # sigmoid and one read of da / h1 / h3. AMAX_FIRST, ROWS, COLS: see _mx_store.
     CL = H if HALVES else C
     pid_m, pid_d, rows, cols, rmask, cmask = _tile(P, CL, BM, BD)
     v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16,
@@ -283,10 +285,10 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
     kmask = kb < CL // 32
     _mx_store(v, pid_m, rows, rmask, cols, cmask, kb, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C, QB, BM, BD,
-              HW_CAST, COL_TILE, AMAX_FIRST)
+              HW_CAST, COL_TILE, AMAX_FIRST, ROWS, COLS)
     if HALVES:
         _mx_store(v2, pid_m, rows, rmask, cols + H, cmask, kb + H // 32, kmask, qr_ptr, sr_ptr, qc_ptr, sc_ptr, P, C,
-                  QB, BM, BD, HW_CAST, COL_TILE, AMAX_FIRST)
+                  QB, BM, BD, HW_CAST, COL_TILE, AMAX_FIRST, ROWS, COLS)
 
 
 # The group ends, offs as int64 [E_PAD] padded with a huge end (a row's group = how many ends it is at or past), are
@@ -388,39 +390,44 @@ def _pow2_scale(amax_bits):
 
 @triton.jit
 def _f8_quant_store(v, rows, rmask, ocols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E,
-                    HW_CAST: tl.constexpr):
+                    HW_CAST: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
     """q[rows, ocols] = v with its row scales rs; qc[ocols, rows] = v with the scale of gamax[group(row), ocol]
     (zero bytes for rows past offs[-1]). The first group's scales are one [BD] vector; rows of further groups in
-    the tile (rare) are re-encoded with theirs. (A store masked per group would lose the 16-byte stores.)"""
-    code = _encode(v * rs[:, None], (rs != rs)[:, None], HW_CAST)
-    tl.store(q_ptr + rows[:, None] * C + ocols[None, :], code, mask=rmask[:, None] & cmask[None, :])
-    ga = tl.minimum(g0, E - 1)
-    sc = _pow2_scale(tl.load(gamax_ptr + ga * C + ocols, mask=cmask, other=0))
-    ct = _encode(v * sc[None, :], (sc != sc)[None, :], HW_CAST)
-    for gg in range(ga + 1, tl.minimum(g1, E - 1) + 1):
-        sg = _pow2_scale(tl.load(gamax_ptr + gg * C + ocols, mask=cmask, other=0))
-        ct = tl.where((g == gg)[:, None], _encode(v * sg[None, :], (sg != sg)[None, :], HW_CAST), ct)
-    ct = tl.where((g < E)[:, None], ct, 0).to(tl.uint8)
-    tl.store(qc_ptr + ocols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(ct),
-             mask=cmask[:, None] & rmask[None, :])
+    the tile (rare) are re-encoded with theirs. (A store masked per group would lose the 16-byte stores.)
+    ROWS / COLS: only that copy."""
+    if ROWS:
+        code = _encode(v * rs[:, None], (rs != rs)[:, None], HW_CAST)
+        tl.store(q_ptr + rows[:, None] * C + ocols[None, :], code, mask=rmask[:, None] & cmask[None, :])
+    if COLS:
+        ga = tl.minimum(g0, E - 1)
+        sc = _pow2_scale(tl.load(gamax_ptr + ga * C + ocols, mask=cmask, other=0))
+        ct = _encode(v * sc[None, :], (sc != sc)[None, :], HW_CAST)
+        for gg in range(ga + 1, tl.minimum(g1, E - 1) + 1):
+            sg = _pow2_scale(tl.load(gamax_ptr + gg * C + ocols, mask=cmask, other=0))
+            ct = tl.where((g == gg)[:, None], _encode(v * sg[None, :], (sg != sg)[None, :], HW_CAST), ct)
+        ct = tl.where((g < E)[:, None], ct, 0).to(tl.uint8)
+        tl.store(qc_ptr + ocols[:, None].to(tl.int64) * P + rows[None, :], tl.trans(ct),
+                 mask=cmask[:, None] & rmask[None, :])
 
 
 @triton.jit
 def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, scale_ptr, ramax_ptr, gamax_ptr,
                      offs_ptr, N, P, C, H, E, MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
-                     BD: tl.constexpr, E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr):
+                     BD: tl.constexpr, E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr,
+                     ROWS: tl.constexpr = True, COLS: tl.constexpr = True):
     # fp8_rowwise pass 2: q [P, C] with the row scales s [P] and qc [C, P] with scale[group(r), c] (scale fp32
     # [E, C]; zero bytes for rows past offs[-1]), every scale made here from pass 1's amax bits (_pow2_scale; the
     # first column strip writes s, the first row tile writes scale: no eager scale ops between the passes).
     # MODE 3: a tile of BD columns of [0, H) writes dh1's columns and dh3's (+H) from one sigmoid.
+    # ROWS / COLS: only that copy (and its scales).
     HALVES: tl.constexpr = MODE == 3
     pid_m, pid_d, rows, cols, rmask, cmask = _tile(P, H if HALVES else C, BM, BD)
     v, v2, _ = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, False, IS_BF16,
                        HALVES)
     rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0))
-    if pid_d == 0:
+    if ROWS and pid_d == 0:
         tl.store(s_ptr + rows, rs, mask=rmask)
-    if pid_m == 0:
+    if COLS and pid_m == 0:
         for gg in range(0, E):
             tl.store(scale_ptr + gg * C + cols, _pow2_scale(tl.load(gamax_ptr + gg * C + cols, mask=cmask)),
                      mask=cmask)
@@ -431,9 +438,11 @@ def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, sc
     g = _group_of(tl.load(offs_ptr + ev, mask=ev < E, other=_BIG_END).to(tl.int64), rows)
     g0 = tl.min(tl.where(rmask, g, E), 0)
     g1 = tl.max(tl.where(rmask, g, 0), 0)
-    _f8_quant_store(v, rows, rmask, cols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E, HW_CAST)
+    _f8_quant_store(v, rows, rmask, cols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E, HW_CAST, ROWS,
+                    COLS)
     if HALVES:
-        _f8_quant_store(v2, rows, rmask, cols + H, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E, HW_CAST)
+        _f8_quant_store(v2, rows, rmask, cols + H, cmask, g, g0, g1, rs, q_ptr, qc_ptr, gamax_ptr, P, C, E, HW_CAST,
+                        ROWS, COLS)
 
 
 @triton.jit
@@ -518,11 +527,26 @@ def _launcher(kernel, traced: bool):
     return wrap_triton(kernel) if traced else kernel
 
 
+def _slots(made: bool, data: torch.Tensor, scale: torch.Tensor):
+    """The (data, scale) pointer arguments of one copy: the copy's own tensors, or for a copy left out (never
+    stored through: ROWS / COLS) a 16-byte spare each. Not another output: under torch.compile a traced launch is
+    functionalized per argument, and one tensor in two argument slots would be cloned twice."""
+    if made:
+        return data, scale
+    return (torch.empty(16, dtype=torch.uint8, device=data.device) for _ in range(2))
+
+
 def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, offs, recipe, block, who,
-                    hw_cast=None, col_tile=1, traced=False):
+                    hw_cast=None, col_tile=1, traced=False, outputs=BOTH):
     """Make the MODE prologue's values (module docstring; a, b, c, d, e as _values reads them) and quantize them
     both ways. Returns (q [P, C], s, qt [C, P], st, dots) in reference.quantize_both's layouts; dots: the per-row
-    partial dots <dout, y> [column tiles, P] for MODE 1, else None."""
+    partial dots <dout, y> [column tiles, P] for MODE 1, else None. outputs (reference.ROWS / TOKEN_MAJOR / BOTH):
+    the copies made; one left out is returned as reference.unmade_rows / unmade_token_major and never written."""
+    rows_on, cols_on = bool(outputs & ROWS), bool(outputs & TOKEN_MAJOR)
+    if not (rows_on or cols_on) or (mode == 1 and outputs != BOTH):
+        raise ValueError(f"{who}: outputs={outputs!r}; expected ROWS (1), TOKEN_MAJOR (2) or BOTH (3) "
+                         f"(combine_backward makes both)")
+    P_rows, P_cols = (P if rows_on else 0), (P if cols_on else 0)
     _check_device(a, who)
     dev = a.device
     hw = default_hw_cast(dev) if hw_cast is None else hw_cast
@@ -541,22 +565,24 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
         halves = halves and mode == 3
         walked = C // 2 if halves else C
         n_d = triton.cdiv(walked, bd)
-        q = torch.empty((P, C), dtype=u8, device=dev)
-        s = torch.empty((P, C // 32), dtype=u8, device=dev)
-        qt = torch.empty((C, P), dtype=u8, device=dev)
-        st = torch.empty((P // 32, C), dtype=u8, device=dev)
+        q = torch.empty((P_rows, C), dtype=u8, device=dev)
+        s = torch.empty((P_rows, C // 32), dtype=u8, device=dev)
+        qt = torch.empty((C, P_cols), dtype=u8, device=dev)
+        st = torch.empty((P_cols // 32, C), dtype=u8, device=dev)
         dots = torch.empty((n_d, P), dtype=f32, device=dev) if want_dot else None
         if P and C:
             grid = (triton.cdiv(P, bm) * n_d,)
-            _launcher(_mx_kernel, traced)[grid](*args, q, s, qt, st, dots if want_dot else s, N, P, C, H, MODE=mode,
+            _launcher(_mx_kernel, traced)[grid](*args, *_slots(rows_on, q, s), *_slots(cols_on, qt, st),
+                                                dots if want_dot else s, N, P, C, H, MODE=mode,
                                                 K=K, QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16,
                                                 COL_TILE=col_tile, HALVES=halves,
-                                                AMAX_FIRST=(block, mode) in MX_AMAX_FIRST, num_warps=warps)
+                                                AMAX_FIRST=(block, mode) in MX_AMAX_FIRST, ROWS=rows_on, COLS=cols_on,
+                                                num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]
-    q = torch.empty((P, C), dtype=u8, device=dev)
-    qt = torch.empty((C, P), dtype=u8, device=dev)
+    q = torch.empty((P_rows, C), dtype=u8, device=dev)
+    qt = torch.empty((C, P_cols), dtype=u8, device=dev)
     amax = torch.zeros((P + (E + 1) * C,), dtype=torch.int32, device=dev)  # one memset for both
     ramax, gamax = amax[:P], amax[P:].view(E + 1, C)
     am, ad, sub, aw = _F8_AMAX_INTERP if _INTERPRET else F8_AMAX_CONFIGS[mode]
@@ -571,14 +597,15 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
             SUB=sub,
             E_PAD=e_pad, IS_BF16=is_bf16, num_warps=aw)
     if not (P and C):  # nothing to quantize: the scales of empty rows / groups by kernels.float8_cast's rule
-        s = amax_to_scale(ramax.view(f32), E4M3, round_to_pow2=True)  # [P]
-        return q.view(f8), s, qt.view(f8), amax_to_scale(gamax[:E].view(f32), E4M3, round_to_pow2=True), dots
-    # pass 2 makes the scales (the same rule, from the amax bits) as it writes both copies
-    s = torch.empty((P,), dtype=f32, device=dev)
-    scale = torch.empty((E, C), dtype=f32, device=dev)
+        s = amax_to_scale(ramax[:P_rows].view(f32), E4M3, round_to_pow2=True)  # [P]
+        scale = amax_to_scale(gamax[:E if cols_on else 0].view(f32), E4M3, round_to_pow2=True)
+        return q.view(f8), s, qt.view(f8), scale, dots
+    # pass 2 makes the scales (the same rule, from the amax bits) as it writes the copies
+    s = torch.empty((P_rows,), dtype=f32, device=dev)
+    scale = torch.empty((E if cols_on else 0, C), dtype=f32, device=dev)
     _launcher(_f8_quant_kernel, traced)[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
-        *args, q, s, qt, scale, ramax, gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=qm, BD=qd, E_PAD=e_pad,
-        HW_CAST=hw, IS_BF16=is_bf16, num_warps=qw)
+        *args, *_slots(rows_on, q, s), *_slots(cols_on, qt, scale), ramax, gamax, offs, N, P, C, H, E, MODE=mode,
+        K=K, BM=qm, BD=qd, E_PAD=e_pad, HW_CAST=hw, IS_BF16=is_bf16, ROWS=rows_on, COLS=cols_on, num_warps=qw)
     return q.view(f8), s, qt.view(f8), scale, dots
 
 

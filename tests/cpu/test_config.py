@@ -150,6 +150,13 @@ def test_renamed_float8_expert_keys_name_their_replacement(tmp_path):
                                       'moe_recipe_name = "mxfp8"\nmoe_granularity = "mx32"\nemulate = true\n', "e.toml"),
                       [], 1)
     assert cfg.float8.moe_recipe_name == "mxfp8" and cfg.float8.moe_granularity == "mx32"
+    assert cfg.float8.moe_keep_input_copy is False
+    cfg = load_config(write(tmp_path, '[float8]\nenable = true\nmoe_recipe_name = "mxfp8"\nmoe_keep_input_copy = true\n'
+                                      'emulate = true\n', "f.toml"), [], 1)
+    assert cfg.float8.moe_keep_input_copy is True
+    msg = error_of(write(tmp_path, '[float8]\nenable = true\nmoe_recipe_name = "mxfp8"\nmoe_keep_input_copy = 1\n'
+                                   'emulate = true\n', "g.toml"))
+    assert "[float8] moe_keep_input_copy" in msg
 
 
 def test_nccl_max_ctas_from_config_or_environment(tmp_path, monkeypatch):

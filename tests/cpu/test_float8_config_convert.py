@@ -24,6 +24,7 @@ from titan_fp8.float8.roofline import analytic_speedup, predicted_speedup
     (dict(moe_granularity="mx32"), "moe_granularity"),
     (dict(moe_recipe_name="mxfp8", moe_granularity="mx32_plain", enable_fsdp_float8_all_gather=True),
      "moe_granularity"),
+    (dict(moe_recipe_name="mxfp8", moe_keep_input_copy="no"), "moe_keep_input_copy"),
 ])
 def test_config_errors_start_with_the_field(kwargs, field):
     with pytest.raises(ValueError) as e:

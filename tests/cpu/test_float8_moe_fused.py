@@ -10,6 +10,8 @@ References:
   float64: GroupedExperts in float64, no quantization: SQNR >= 20 dB (measured 22.4-23.9 dB: three chained
       float8 GEMMs, e4m3 carries ~3.5 significant bits).
 """
+import dataclasses
+
 import pytest
 import torch
 
@@ -250,20 +252,23 @@ def test_from_grouped_experts_shares_parameters():
     ex = GroupedExperts(D, H, E)
     f = Float8GroupedExperts.from_grouped_experts(ex, Cfg())
     assert f.w13 is ex.w13 and f.w2 is ex.w2 and f.granularity == "mx32" and f.token_group_align == 32
-    assert f.spec("cpu").emulated
+    assert f.spec("cpu").emulated and f.keep_input_copy is False
+    Cfg.moe_keep_input_copy = True
+    assert Float8GroupedExperts.from_grouped_experts(ex, Cfg()).keep_input_copy is True
     Cfg.moe_recipe_name = "none"
     with pytest.raises(ValueError, match="moe_recipe_name"):
         Float8GroupedExperts.from_grouped_experts(ex, Cfg())
 
 
-def _assert_compiled_equals_eager(fused, spec, x, w, plan, g):
+def _assert_compiled_equals_eager(fused, spec, x, w, plan, g, x_kept=False):
     """fused_experts with `spec` under torch.compile(fullgraph=True, aot_eager: dynamo + AOTAutograd, fake
-    tensors) fwd + bwd equals the eager emulated module bit for bit."""
+    tensors) fwd + bwd equals the eager emulated module bit for bit (x_kept: the compiled op remakes x's copy)."""
     def step(x, w, w13, w2, src, pos, offs):
-        return fused_experts(x, w, w13, w2, DispatchPlan(src, pos, offs, offs), spec)
+        return fused_experts(x, w, w13, w2, DispatchPlan(src, pos, offs, offs), spec, x_kept=x_kept)
 
     compiled = torch.compile(step, fullgraph=True, backend="aot_eager")
     xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+    fused.zero_grad(set_to_none=True)
     out = compiled(xs, ws, fused.w13, fused.w2, plan.src, plan.pos, plan.offs)
     (out.float() * g).sum().backward()
     got = [out.detach(), xs.grad, ws.grad, fused.w13.grad, fused.w2.grad]
@@ -285,6 +290,9 @@ def test_compiles_fullgraph_without_host_sync(recipe, gran):
     spec = fused.spec("cpu")
 
     _assert_compiled_equals_eager(fused, spec, x, w, plan, g)
+    # remaking x's copy (fp8_rowwise: dx summed by the combine op first, the remake tied to it)
+    torch._dynamo.reset()
+    _assert_compiled_equals_eager(fused, spec, x, w, plan, g, x_kept=True)
 
 
 def _two_experts_kernel_path():
@@ -422,3 +430,94 @@ def test_compiled_dx_gather_sum_equals_combine_with_unit_weights(k):
     nonzero = want != 0
     assert torch.equal(got.view(torch.int16)[nonzero], want.view(torch.int16)[nonzero])  # same bits, NaNs too
     assert not got[1:].isnan().any()
+
+
+def _run_kept(model, x, w, plan, g, x_kept):
+    """_run with routed's x_kept; also the float8 shapes the op saved for backward."""
+    xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
+    model.zero_grad(set_to_none=True)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        y = model.routed(xi, wi, plan, x_kept=x_kept)
+    (y.float() * g).sum().backward()
+    f8 = [tuple(t.shape) for t in saved if t.dtype == torch.float8_e4m3fn]
+    return [y.detach(), xi.grad, wi.grad, model.w13.grad, model.w2.grad], f8
+
+
+@pytest.mark.parametrize("recipe,gran", CASES)
+def test_x_kept_saves_x_and_remakes_its_token_major_copy(recipe, gran):
+    """x_kept (an MoE's router holds x anyway): the op saves x, not x's float8 token-major copy [D, P], and makes
+    that copy in backward. Same output and every gradient bit for bit (the same kernel on the same values),
+    including empty experts and padding rows."""
+    fused, _ = _models(recipe, gran)
+    for kind, k in (("uneven", 2), ("one_expert", 1)):
+        n = 48
+        ids = _routing(kind, n, k)
+        x, w, g = _inputs(n, k, ids)
+        plan = dispatch_plan(ids, E, fused.token_group_align)
+        P = plan.src.shape[0]
+        want, f8_want = _run_kept(fused, x, w, plan, g, False)
+        got, f8_got = _run_kept(fused, x, w, plan, g, True)
+        for name, a, b in zip(NAMES, got, want):
+            assert torch.equal(a, b), (kind, name)
+        assert (D, P) in f8_want and (D, P) not in f8_got, (kind, f8_want, f8_got)
+        fused.keep_input_copy = True  # [float8] moe_keep_input_copy: x_kept does not change what is saved
+        try:
+            assert (D, P) in _run_kept(fused, x, w, plan, g, True)[1]
+        finally:
+            fused.keep_input_copy = False
+
+
+def test_compiled_x_kept_makes_the_copy_after_backward_starts():
+    """Compiled (the kernel path, Triton ops interpreted; inductor's partitioner): forward's dispatch makes the row
+    copy only, backward's makes the token-major copy from an index that depends on a gradient (a zero from w13's
+    dgrad output rides on src): a copy made from saved tensors only would be scheduled at backward's start and
+    held across its peak. Equal to the eager op without x_kept, bit for bit."""
+    import kernels.moe as km
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+
+    fused, x, w, g, plan, kernel_spec = _two_experts_kernel_path()
+    # kernels.moe's Triton ops (interpreted: the opaque custom ops) in place of its references on CPU tensors
+    spec = dataclasses.replace(kernel_spec, act_backend="triton")
+    graphs = {}
+
+    def keep(kind):
+        def compiler(gm, example_inputs):
+            graphs[kind] = gm.graph
+            return gm
+        return compiler
+
+    def step(x, w, w13, w2, src, pos, offs):
+        return fused_experts(x, w, w13, w2, DispatchPlan(src, pos, offs, offs), spec, x_kept=True)
+
+    backend = aot_autograd(fw_compiler=keep("fw"), bw_compiler=keep("bw"),
+                           partition_fn=min_cut_rematerialization_partition)
+    xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+    out = torch.compile(step, fullgraph=True, backend=backend)(xs, ws, fused.w13, fused.w2, plan.src, plan.pos,
+                                                                plan.offs)
+    (out.float() * g).sum().backward()
+    got = [out.detach(), xs.grad, ws.grad, fused.w13.grad, fused.w2.grad]
+    xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+    fused.zero_grad(set_to_none=True)
+    out = fused_experts(xs, ws, fused.w13, fused.w2, plan, spec)  # eager, x_kept off, the same kernels
+    (out.float() * g).sum().backward()
+    want = [out.detach(), xs.grad, ws.grad, fused.w13.grad, fused.w2.grad]
+    for name, a, b in zip(NAMES, got, want):
+        assert torch.equal(a, b), name
+
+    op = torch.ops.titan_fp8.moe_dispatch_quantize.default
+    (fw_dispatch,) = [n for n in graphs["fw"].nodes if n.target is op]
+    assert fw_dispatch.args[6] == km.ROWS
+    bw = graphs["bw"]
+    (bw_dispatch,) = [n for n in bw.nodes if n.target is op]
+    assert bw_dispatch.args[6] == km.TOKEN_MAJOR
+    tangents = {n for n in bw.nodes if n.op == "placeholder" and n.name.startswith("tangents")}
+    seen: dict = {}
+
+    def tied(n) -> bool:
+        if n not in seen:
+            seen[n] = n in tangents or any(tied(a) for a in n.all_input_nodes)
+        return seen[n]
+
+    assert tied(bw_dispatch.args[1]), "backward's token-major copy is made from saved tensors only"

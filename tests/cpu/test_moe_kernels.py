@@ -95,6 +95,31 @@ def test_dispatch_and_combine_triton_equal_reference(recipe, block, kind):
     same_dweights(got[4], want[4], dout, y, plan.pos)
 
 
+@pytest.mark.parametrize("recipe,block,col_tile",
+                         [(r, b, 1) for r, b in CASES] + [("mxfp8", 32, 128), ("mxfp8", 128, 128)])
+def test_dispatch_one_copy_only(recipe, block, col_tile):
+    """outputs=ROWS / TOKEN_MAJOR: the copy made is the BOTH call's, byte for byte (Triton and reference); the one
+    left out comes back as reference.unmade_* in both (shape, dtype and strides), so fake and real agree."""
+    N, k, E = 12, 2, 4
+    plan = plan_for("uneven", N, k, E, ALIGN[recipe, block], seed=41)
+    D = 128 if block == 128 or col_tile == 128 else 64
+    x = special(N, D, torch.bfloat16, seed=42)
+    full = km.dispatch_quantize(x, plan.src, plan.offs, recipe, block, backend="reference", col_tile=col_tile)
+    for outputs, made in ((km.ROWS, (0, 1)), (km.TOKEN_MAJOR, (2, 3))):
+        unmade = (ref.unmade_token_major(x, D, recipe) if outputs == km.ROWS else ref.unmade_rows(x, D, recipe))
+        for backend in ("triton", "reference"):
+            got = km.dispatch_quantize(x, plan.src, plan.offs, recipe, block, backend=backend, col_tile=col_tile,
+                                       outputs=outputs)
+            left = [i for i in range(4) if i not in made]
+            for i in made:
+                same(got[i], full[i], f"{backend} outputs={outputs} out {i}")
+            for i, u in zip(left, unmade):
+                assert (got[i].shape, got[i].dtype, got[i].stride()) == (u.shape, u.dtype, u.stride()), (backend, i)
+    for bad in (0, 4):
+        with pytest.raises(ValueError, match="outputs="):
+            km.dispatch_quantize(x, plan.src, plan.offs, recipe, block, outputs=bad)
+
+
 @pytest.mark.parametrize("recipe,block", CASES)
 def test_swiglu_triton_equal_reference(recipe, block):
     N, k, E = 10, 2, 4
@@ -277,8 +302,10 @@ def test_triton_ops_trace_under_compile():
     y, h13 = torch.randn(P, 64, dtype=torch.bfloat16), torch.randn(P, 64, dtype=torch.bfloat16)
     ops = torch.ops.titan_fp8
     xf = torch.randn(8, 64, dtype=torch.bfloat16)  # finite: opcheck compares outputs with ==, and NaN != NaN
-    checks = [(ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "mxfp8", 32, 1)),
-              (ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "fp8_rowwise", 32, 1)),
+    checks = [(ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "mxfp8", 32, 1, km.BOTH)),
+              (ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "fp8_rowwise", 32, 1, km.BOTH)),
+              (ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "mxfp8", 32, 1, km.ROWS)),
+              (ops.moe_dispatch_quantize.default, (xf, plan.src, plan.offs, "fp8_rowwise", 32, 1, km.TOKEN_MAJOR)),
               (ops.moe_combine_backward.default, (xf, y, plan.pos, torch.rand(8, 2), plan.src, plan.offs, "mxfp8", 32)),
               (ops.moe_swiglu_quantize.default, (h13, plan.offs, "mxfp8", 32, 1)),
               (ops.moe_swiglu_quantize_backward.default, (h13[:, :32], h13, plan.offs, "mxfp8", 32))]
@@ -481,7 +508,8 @@ def test_traced_twins_run_eagerly_like_the_opaque_ops():
     h13, da = special(P, 64, torch.bfloat16, seed=9) / 1e3, special(P, 32, torch.bfloat16, seed=10)
     w = torch.rand(8, 2)
     for recipe in ("mxfp8", "fp8_rowwise"):
-        pairs = [(km._dispatch_op, km._dispatch_traced, (x, plan.src, plan.offs, recipe, 32, 1)),
+        pairs = [(km._dispatch_op, km._dispatch_traced, (x, plan.src, plan.offs, recipe, 32, 1, km.BOTH)),
+                 (km._dispatch_op, km._dispatch_traced, (x, plan.src, plan.offs, recipe, 32, 1, km.TOKEN_MAJOR)),
                  (km._combine_backward_op, km._combine_backward_traced,
                   (dout, y, plan.pos, w, plan.src, plan.offs, recipe, 32)),
                  (km._swiglu_op, km._swiglu_traced, (h13, plan.offs, recipe, 32, 1)),

@@ -43,19 +43,22 @@ out = {}
 for mode in (0, 1, 2, 3):
     for halves in ((False, True) if mode == 3 else (False,)):
         for col_tile, first in ((1, False), (64, False), (1, True), (64, True)):
-            kw = dict(ins, qr_ptr=q, sr_ptr=torch.empty(64, 2, dtype=u8), qc_ptr=qt, sc_ptr=torch.empty(2, 64, dtype=u8),
-                      dot_ptr=torch.empty(1, 64), N=8, P=64, C=64, H=32, MODE=mode, K=2, QB=32, BM=32, BD=64,
-                      HW_CAST=True, IS_BF16=False, COL_TILE=col_tile, HALVES=halves, AMAX_FIRST=first)
-            out[f"_mx_kernel MODE={mode} HALVES={halves} COL_TILE={col_tile} AMAX_FIRST={first}"] = names(
-                kt._mx_kernel, kw)
+            for rows, cols in ((True, True), (True, False), (False, True)) if mode == 0 else ((True, True),):
+                kw = dict(ins, qr_ptr=q, sr_ptr=torch.empty(64, 2, dtype=u8), qc_ptr=qt,
+                          sc_ptr=torch.empty(2, 64, dtype=u8), dot_ptr=torch.empty(1, 64), N=8, P=64, C=64, H=32,
+                          MODE=mode, K=2, QB=32, BM=32, BD=64, HW_CAST=True, IS_BF16=False, COL_TILE=col_tile,
+                          HALVES=halves, AMAX_FIRST=first, ROWS=rows, COLS=cols)
+                out[f"_mx_kernel MODE={mode} HALVES={halves} COL_TILE={col_tile} AMAX_FIRST={first} "
+                    f"ROWS={rows} COLS={cols}"] = names(kt._mx_kernel, kw)
     ramax, gamax = torch.empty(64, dtype=i32), torch.empty(5, 64, dtype=i32)
     kw = dict(ins, ramax_ptr=ramax, gamax_ptr=gamax, dot_ptr=torch.empty(1, 64), offs_ptr=offs, N=8, P=64, C=64, H=32,
               E=4, MODE=mode, K=2, BM=32, BD=64, SUB=2, E_PAD=4, IS_BF16=False)
     out[f"_f8_amax_kernel MODE={mode}"] = names(kt._f8_amax_kernel, kw)
-    kw = dict(ins, q_ptr=q, s_ptr=torch.empty(64), qc_ptr=qt, scale_ptr=torch.empty(4, 64), ramax_ptr=ramax,
-              gamax_ptr=gamax, offs_ptr=offs, N=8, P=64, C=64, H=32, E=4, MODE=mode, K=2, BM=32, BD=64, E_PAD=4,
-              HW_CAST=True, IS_BF16=False)
-    out[f"_f8_quant_kernel MODE={mode}"] = names(kt._f8_quant_kernel, kw)
+    for rows, cols in ((True, True), (True, False), (False, True)) if mode == 0 else ((True, True),):
+        kw = dict(ins, q_ptr=q, s_ptr=torch.empty(64), qc_ptr=qt, scale_ptr=torch.empty(4, 64), ramax_ptr=ramax,
+                  gamax_ptr=gamax, offs_ptr=offs, N=8, P=64, C=64, H=32, E=4, MODE=mode, K=2, BM=32, BD=64, E_PAD=4,
+                  HW_CAST=True, IS_BF16=False, ROWS=rows, COLS=cols)
+        out[f"_f8_quant_kernel MODE={mode} ROWS={rows} COLS={cols}"] = names(kt._f8_quant_kernel, kw)
 kw = dict(y_ptr=y, pos_ptr=pos, w_ptr=w, out_ptr=torch.empty(8, 64, dtype=bf), N=8, D=64, K=2, BN=4, BD=64,
           IS_BF16=False, OUT_BITS=False)
 out["_combine_kernel"] = names(kt._combine_kernel, kw)
@@ -88,4 +91,8 @@ def test_write_analysis_names_only_the_outputs(analysis, kernel):
     assert cases, f"no analysis of {kernel}"
     for case, written in cases.items():
         want = set(EXPECTED[kernel]) | ({"dot_ptr"} if "MODE=1" in case and kernel != "_f8_quant_kernel" else set())
+        if "ROWS=False" in case:  # the token-major copy only (dispatch's outputs=TOKEN_MAJOR)
+            want -= {"qr_ptr", "sr_ptr", "q_ptr", "s_ptr"}
+        if "COLS=False" in case:  # the row copy only (outputs=ROWS)
+            want -= {"qc_ptr", "sc_ptr", "scale_ptr"}
         assert set(written) == want, f"{case}: the analysis says it writes {sorted(written)}; expected {sorted(want)}"

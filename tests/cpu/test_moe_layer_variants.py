@@ -57,3 +57,25 @@ def test_cutlass_config_suffix(monkeypatch):
         build_variant(_moe(True), "mxfp8_mx128^cooperative:swizzle=3", emulate=True)
     with pytest.raises(ValueError, match="is for mxfp8_mx128"):
         build_variant(_moe(True), "fp8_rowwise^cooperative", emulate=True)
+
+
+def test_copy_suffix_holds_the_token_major_copy():
+    """"~copy" runs the experts as before session 20 (x_kept off: they save x's float8 token-major copy); same
+    output and gradients as the plain variant, bit for bit; an error on variants without fused experts."""
+    base = _moe(True, 128, 256)  # dim 128 != hidden 256: x's token-major copy is the float8 [128, P]
+    x = torch.randn(2, 64, 128)
+    runs = []
+    for name in ("mxfp8_mx128", "mxfp8_mx128~copy"):
+        moe = build_variant(base, name, emulate=True)
+        saved = []
+        xi = x.clone().requires_grad_()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+            out = moe(xi)
+        out.square().sum().backward()
+        runs.append([out.detach(), xi.grad, moe.experts.w13.grad, moe.experts.w2.grad])
+        P = [t for t in saved if t.dtype == torch.float8_e4m3fn and t.shape[0] == 128 and t.dim() == 2]
+        assert bool(P) == (name.endswith("~copy")), (name, [tuple(t.shape) for t in P])
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="~copy is for our float8"):
+        build_variant(base, "tw:bf16~copy", emulate=True)

@@ -70,6 +70,31 @@ def test_gpu_matches_emulated_twin_eager_and_compiled(recipe, gran):
             assert torch.count_nonzero(a[3]) == 0 and torch.count_nonzero(b[3]) == 0  # the empty expert
 
 
+@pytest.mark.parametrize("recipe,gran", CASES)
+def test_x_kept_equals_the_saved_copy_on_gpu(recipe, gran):
+    """x_kept (x saved, its token-major float8 copy made again in backward, tied to w13's dgrad when compiled)
+    gives the same output and gradients bit for bit as the op that saves the copy, eager and compiled (inductor)."""
+    m, ids, x, w, g = _setup(recipe, gran)
+    m = m.cuda()
+    plan = DispatchPlan(*[t.cuda() for t in dispatch_plan(ids, E, m.token_group_align)])
+    xc, wc, gc = x.cuda(), w.cuda(), g.cuda()
+    spec = m.spec("cuda")
+    for kept in (False, True):
+        assert all(torch.equal(a, b) for a, b in zip(_run(lambda a, b: m.routed(a, b, plan), m, xc, wc, gc),
+                                                     _run(lambda a, b: m.routed(a, b, plan, x_kept=kept),
+                                                          m, xc, wc, gc)))
+    runs = []
+    for kept in (False, True):
+        def step(a, b, w13, w2, src, pos, offs, kept=kept):
+            return fused_experts(a, b, w13, w2, DispatchPlan(src, pos, offs, offs), spec, x_kept=kept)
+
+        torch._dynamo.reset()
+        fn = torch.compile(step, fullgraph=True)
+        runs.append(_run(lambda a, b: fn(a, b, m.w13, m.w2, plan.src, plan.pos, plan.offs), m, xc, wc, gc))
+    for name, a, b in zip(["out", "dx", "dweights", "dw13", "dw2"], *runs):
+        assert torch.equal(a, b), f"{name}: compiled x_kept differs from the saved copy"
+
+
 def test_dgrad_weight_operand_equals_contract_1():
     """The compiled path's backward weight operand (experts.dgrad_weight_operand, W^T quantized directly; compiled,
     through quant_triton's traced triton op) equals contract 1's transposed fprop operand byte for byte on the GPU,

@@ -191,3 +191,19 @@ def test_mx_swiglu_backward_halves_equals_reference(block, monkeypatch):
         got = km.swiglu_quantize_backward(da, h13, plan.offs, "mxfp8", block, backend="triton")
         for i in range(4):
             same(got[i], want[i], f"halves={flag} block {block} out {i}")
+
+
+@pytest.mark.parametrize("recipe,block,align,col_tile", [c + (1,) for c in CASES] + [("mxfp8", 128, 128, 128)])
+def test_dispatch_one_copy_equals_both(recipe, block, align, col_tile):
+    """dispatch_quantize with outputs=ROWS / TOKEN_MAJOR (compiled kernels, llama_moe shape): the copy made is the
+    BOTH call's byte for byte, eager and through the traced twin (the fused path's forward / backward)."""
+    plan, x, *_ = inputs("llama_moe", align)
+    args = (x, plan.src, plan.offs, recipe, block)
+    full = km.dispatch_quantize(*args, backend="triton", col_tile=col_tile)
+    for traced in (False, True):
+        op = km._dispatch_traced if traced else km._dispatch_op
+        for outputs, made in ((km.ROWS, (0, 1)), (km.TOKEN_MAJOR, (2, 3))):
+            got = op(x, plan.src, plan.offs, recipe, block, col_tile, outputs)
+            for i in made:
+                same(got[i], full[i], f"{recipe}/{block} traced={traced} outputs={outputs} out {i}")
+            assert all(got[i].numel() == 0 for i in range(4) if i not in made)

@@ -101,6 +101,12 @@ class Float8Config:
     linear_granularity: recipe_name = "mxfp8" only: "mx32" (default; OCP MX 1x32 blocks, dequantized to bf16
         for the GEMMs on Hopper) or "mx128" (scales shared over 1x128 blocks / 128x128 weight tiles; GEMMs on
         cuBLAS fp8 blockwise; Linear dims must be multiples of 128). Unset (None) for the other recipes.
+    moe_keep_input_copy: float8 experts only. False (default): an MoE's experts save the layer input (which its
+        router keeps for its own weight gradient anyway) and remake its float8 token-major copy, the operand of
+        w13's weight gradient, in backward right before that GEMM. True: they keep that copy from forward to
+        backward (1 byte per routed token slot and model dim per layer, e.g. 68 MB at llama_moe shapes), which
+        skips one more read of the input in backward (measured: +0.5% layer time at llama_moe, +2.3% at
+        dsv3_layer, for 67 / 227 MB less at the layer's peak; benchmarks/results/issue9_s20/).
     enable_fsdp_float8_all_gather covers the expert weights too (expert_weights.py; not with "mx32_plain",
     whose two differently scaled weight copies cannot come from one gathered copy).
     """
@@ -114,6 +120,7 @@ class Float8Config:
     moe_granularity: Optional[str] = None
     linear_granularity: Optional[str] = None
     dispatch_dtype: str = "bf16"  # expert parallelism's dispatch all-to-all (validated in titan_fp8.config)
+    moe_keep_input_copy: bool = False
     recipe: Recipe = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
@@ -132,7 +139,8 @@ class Float8Config:
                              "(enable_fsdp_float8_all_gather): it scales the expert weights 1x32 along K for "
                              "fprop and along N for dgrad, two copies that one gathered copy cannot give; use "
                              "'mx128' or 'mx32' (square 128x128 weight tiles serve both)")
-        for name in ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "emulate"):
+        for name in ("enable_fsdp_float8_all_gather", "precompute_float8_dynamic_scale_for_fsdp", "emulate",
+                     "moe_keep_input_copy"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}: expected true/false, got {getattr(self, name)!r}")
         object.__setattr__(self, "filter_fqns", _fqn_list(self.filter_fqns))

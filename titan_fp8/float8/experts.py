@@ -64,6 +64,7 @@ from kernels.mxfp8 import from_mxfp8
 from titan_fp8.models.moe import GroupedExperts, _row_group
 
 from . import expert_weights
+from .backward_order import zero_from
 
 __all__ = ["Granularity", "GRANULARITIES", "mxfp8_grouped_mm", "make_mxfp8_grouped_mm", "MOE_RECIPES",
            "FusedSpec", "make_fused_spec", "fused_experts", "Float8GroupedExperts", "dgrad_weight_operand"]
@@ -307,15 +308,18 @@ def _a_tile(spec: FusedSpec) -> int:
     return spec.g.wgrad_x_tile if spec.recipe == "mxfp8" else 1
 
 
-def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec, rows_q=None):
+def dispatch_quantize(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec, rows_q=None,
+                      outputs: int = moe_kernels.BOTH, opaque: bool = False):
     """x [N, D] -> (xq [P, D], xs, xtq [D, P], xts): rows gathered into expert order (src == N: zero row).
+    outputs: moe_kernels.ROWS / TOKEN_MAJOR / BOTH, the copies made (one left out comes back empty); opaque:
+    kernels.moe.dispatch_quantize's.
 
     rows_q = (data [N, D], scale): x's rows already quantized (expert parallelism's float8 dispatch, where x is
     their exact dequantization): they are gathered, not quantized again; only the token-major copy is made."""
     if rows_q is not None:
         return _dispatch_prequantized(x, src, offs, spec, *rows_q)
     return moe_kernels.dispatch_quantize(x, src, offs, spec.recipe, spec.align, backend=_moe_backend(spec),
-                                         col_tile=_a_tile(spec))
+                                         col_tile=_a_tile(spec), outputs=outputs, opaque=opaque)
 
 
 def quantize_dispatch_rows(x: Tensor, spec: FusedSpec) -> tuple[Tensor, Tensor]:
@@ -341,9 +345,9 @@ def _dispatch_prequantized(x, src, offs, spec, data, scale):
     xq = torch.cat([data.view(torch.uint8), zq.view(torch.uint8)]).index_select(0, src).view(data.dtype)
     xs = torch.cat([scale, zs]).index_select(0, src)
     # wgrad's token-major copy: from x, the exact dequantization of the received rows (one more rounding than
-    # quantizing the sender's bf16 along tokens; DeepSeek-V3 does the same). kernels.moe writes it together
-    # with rows, which are dropped (the received ones are what the GEMM reads).
-    _, _, xtq, xts = dispatch_quantize(x, src, offs, spec)
+    # quantizing the sender's bf16 along tokens; DeepSeek-V3 does the same). Only that copy is made: the
+    # received rows are what the GEMM reads.
+    _, _, xtq, xts = dispatch_quantize(x, src, offs, spec, outputs=moe_kernels.TOKEN_MAJOR)
     return xq, xs, xtq, xts
 
 
@@ -540,23 +544,44 @@ def _weight(w: Tensor, spec: FusedSpec, which: str, after: Tensor | None = None)
 
 
 # ------------------------------------------------------------------------------------------ the autograd op
+def _remake_x_token_major(x: Tensor, src: Tensor, offs: Tensor, spec: FusedSpec, after: Tensor | None):
+    """Backward: x's token-major float8 copy for w13's wgrad, made again from x (the same bytes as forward's
+    dispatch would have written: the same kernel on the same values). Compiled, `after` (a zero from a tensor
+    backward makes, backward_order.zero_from) rides on src, so the copy is made next to the wgrad, not at
+    backward's start; and through the opaque op, whose output is allocated when it runs: the traced op's
+    buffer was allocated with the dSwiGLU outputs at mx32's layer peak (benchmarks/results/issue9_s20/)."""
+    if after is not None:
+        src = src + after.reshape(()).to(src.dtype)
+    _, _, xtq, xts = dispatch_quantize(x, src, offs, spec, outputs=moe_kernels.TOKEN_MAJOR, opaque=True)
+    return xtq, xts
+
+
 class _FusedExperts(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, weights, w13, w2, src, pos, offs, spec: FusedSpec, rows_q=None):
-        xq, xs, xtq, xts = dispatch_quantize(x, src, offs, spec, rows_q)
+    def forward(ctx, x, weights, w13, w2, src, pos, offs, spec: FusedSpec, rows_q=None, x_kept=False):
+        # x_kept (the caller holds x through backward anyway): save x, not a float8 token-major copy of it, and
+        # make that copy in backward right before w13's wgrad. The copy (1 byte per row of the padded expert
+        # buffer: 68 MB at llama_moe, 231 MB at dsv3_layer) was alive from forward to the end of backward, across
+        # backward's peak; making it again costs one more read of x.
+        remake = x_kept and rows_q is None
+        xq, xs, xtq, xts = dispatch_quantize(x, src, offs, spec, rows_q,
+                                             outputs=moe_kernels.ROWS if remake else moe_kernels.BOTH)
         h13 = _f8_fprop(xq, xs, *_weight(w13, spec, "fwd"), offs, spec, x.dtype)
         aq, as_, atq, ats = swiglu_quantize(h13, offs, spec)
         y = _f8_fprop(aq, as_, *_weight(w2, spec, "fwd"), offs, spec, x.dtype)
         out = combine(y, pos, weights, spec)
-        # float8 token-major copies for the wgrads, h13 for SwiGLU's backward, y for the router weights' grad
-        ctx.save_for_backward(xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs)
-        ctx.spec = spec
+        # float8 token-major copies for the wgrads (or x, to make x's again), h13 for SwiGLU's backward, y for the
+        # router weights' grad
+        x_for_wgrad = (x, None) if remake else (xtq, xts)
+        ctx.save_for_backward(*x_for_wgrad, h13, atq, ats, y, weights, w13, w2, src, pos, offs)
+        ctx.spec, ctx.remake = spec, remake
         return out
 
     @staticmethod
     def backward(ctx, dout):
         xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs = ctx.saved_tensors
         spec = ctx.spec
+        x = xtq if ctx.remake else None  # (the saved x)
         dout = dout.contiguous()
         grad_dtype = dout.dtype
         # Order for peak memory: each dgrad (with its transient float8 weight operand) runs before its wgrad, and
@@ -575,21 +600,35 @@ class _FusedExperts(torch.autograd.Function):
         del da, h13
         dw2 = _f8_wgrad(dytq, dyts, atq, ats, offs, spec, w2.dtype) if ctx.needs_input_grad[3] else None
         del dytq, dyts, atq, ats
-        dx = None
+        dx, compiling = None, torch.compiler.is_compiling()
+        # x's token-major copy (ctx.remake) is made after w13's dgrad (dq before, where there is no dgrad)
+        after = zero_from(dq) if compiling else None
         if ctx.needs_input_grad[0]:
             dx_buf = _dgrad_in_parts(dq, ds, w13, offs, spec, grad_dtype)
             if dx_buf is None:
                 dx_buf = _f8_dgrad(dq, ds, *_weight(w13, spec, "bwd", after=dq), offs, spec, grad_dtype)
+            after = zero_from(dx_buf) if compiling else None
+            # fp8_rowwise, compiled, remaking x's copy: dx is summed here, by the combine op, and the remake (so
+            # w13's wgrad) waits for it. With the gather-sum fused into x's final gradient add, inductor ran that
+            # add after w13's wgrad: dx_buf ([P, D], 129 MB) alive beside dw13 (352 MB) at llama_moe, a layer peak
+            # of 1.045 GiB against bf16's 1.010 (benchmarks/results/issue9_s20/). Costs one pass over dx [N, D].
+            materialize = compiling and ctx.remake and spec.recipe == "fp8_rowwise"
             # each token's k rows summed in slot order (fp32 accumulation): deterministic, no atomics
-            if torch.compiler.is_compiling():
+            if compiling and not materialize:
                 dx = _sum_token_rows(dx_buf, pos, weights.shape[1], grad_dtype)
             else:  # the combine kernel with unit weights (1 * v is exact): one pass at copy speed
                 dx = combine(dx_buf, pos, torch.ones_like(weights, dtype=torch.float32), spec)
+            if materialize:
+                after = zero_from(dx)
             del dx_buf
         del dq, ds
-        dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype) if ctx.needs_input_grad[2] else None
+        dw13 = None
+        if ctx.needs_input_grad[2]:
+            if ctx.remake:
+                xtq, xts = _remake_x_token_major(x, src, offs, spec, after)
+            dw13 = _f8_wgrad(dtq, dts, xtq, xts, offs, spec, w13.dtype)
         dweights = dweights.to(weights.dtype) if ctx.needs_input_grad[1] else None
-        return dx, dweights, dw13, dw2, None, None, None, None, None
+        return dx, dweights, dw13, dw2, None, None, None, None, None, None
 
 
 def _sum_token_rows(rows: Tensor, pos: Tensor, k: int, dtype) -> Tensor:
@@ -606,9 +645,12 @@ def _sum_token_rows(rows: Tensor, pos: Tensor, k: int, dtype) -> Tensor:
 
 
 def fused_experts(x: Tensor, weights: Tensor, w13: Tensor, w2: Tensor, plan, spec: FusedSpec,
-                  rows_q: tuple | None = None) -> Tensor:
+                  rows_q: tuple | None = None, x_kept: bool = False) -> Tensor:
     """The whole float8 expert path: x [N, D], router weights [N, k], plan (DispatchPlan with groups padded
-    to spec.align) -> out [N, D] = sum_j weights[t, j] * expert_{e(t, j)}(x[t]). fwd+bwd, no host sync."""
+    to spec.align) -> out [N, D] = sum_j weights[t, j] * expert_{e(t, j)}(x[t]). fwd+bwd, no host sync.
+    x_kept: the caller holds x through backward anyway (an MoE's router reads it for its weight gradient): the
+    op then saves x and makes x's float8 token-major copy for w13's wgrad in backward, instead of holding it
+    from forward (same values; ignored with rows_q)."""
     if x.dim() != 2 or w13.dim() != 3 or w2.dim() != 3 or w13.shape[2] != x.shape[1] \
             or w2.shape[1] != x.shape[1] or w13.shape[1] != 2 * w2.shape[2]:
         raise ValueError(f"fused_experts: expected x [N, D], w13 [E, 2H, D], w2 [E, D, H]; got x {tuple(x.shape)}, "
@@ -620,7 +662,7 @@ def fused_experts(x: Tensor, weights: Tensor, w13: Tensor, w2: Tensor, plan, spe
     if weights.shape[0] != x.shape[0] or plan.pos.shape[0] != weights.numel():
         raise ValueError(f"fused_experts: router weights {tuple(weights.shape)} and plan.pos "
                          f"{tuple(plan.pos.shape)} do not match x {tuple(x.shape)}")
-    return _FusedExperts.apply(x, weights, w13, w2, plan.src, plan.pos, plan.offs, spec, rows_q)
+    return _FusedExperts.apply(x, weights, w13, w2, plan.src, plan.pos, plan.offs, spec, rows_q, x_kept)
 
 
 class Float8GroupedExperts(GroupedExperts):
@@ -633,9 +675,12 @@ class Float8GroupedExperts(GroupedExperts):
     """
 
     def __init__(self, dim: int, hidden_dim: int, num_experts: int, moe_recipe: str = "mxfp8",
-                 granularity: str | None = None, backend: str = "auto", act_backend: str = "auto"):
+                 granularity: str | None = None, backend: str = "auto", act_backend: str = "auto",
+                 keep_input_copy: bool = False):
         super().__init__(dim, hidden_dim, num_experts)
         self._configure(moe_recipe, granularity, backend, act_backend)
+        # Float8Config.moe_keep_input_copy: with x_kept (routed), keep the float8 token-major copy of x anyway
+        self.keep_input_copy = keep_input_copy
 
     def _configure(self, moe_recipe, granularity, backend, act_backend="auto"):
         if moe_recipe == "mxfp8":
@@ -673,6 +718,7 @@ class Float8GroupedExperts(GroupedExperts):
                       "fp8_rowwise", gran)
         new.w13, new.w2 = experts.w13, experts.w2
         new._configure(recipe, gran, backend)
+        new.keep_input_copy = bool(getattr(config, "moe_keep_input_copy", False))
         return new
 
     def prepare_backend(self, device) -> None:
@@ -703,10 +749,12 @@ class Float8GroupedExperts(GroupedExperts):
         return fused_experts(x_sorted, ones, *self.local_weights(grad_scale), plan, self.spec(x_sorted.device))
 
     def routed(self, x: Tensor, weights: Tensor, plan, rows_q: tuple | None = None,
-               grad_scale: float = 1.0) -> Tensor:
-        """rows_q: x's rows already quantized (dispatch_float8's output); grad_scale: see GroupedExperts."""
+               grad_scale: float = 1.0, x_kept: bool = False) -> Tensor:
+        """rows_q: x's rows already quantized (dispatch_float8's output); grad_scale, x_kept: see GroupedExperts
+        (x_kept: fused_experts; keep_input_copy overrides it)."""
         with record_function("moe.experts_fused"):
-            return fused_experts(x, weights, *self.local_weights(grad_scale), plan, self.spec(x.device), rows_q)
+            return fused_experts(x, weights, *self.local_weights(grad_scale), plan, self.spec(x.device), rows_q,
+                                 x_kept and not self.keep_input_copy)
 
     def dispatch_float8(self, x_send: Tensor, out_splits: list, in_splits: list, group):
         """Expert parallelism with dispatch_dtype "float8": quantize the rows to send (x_send [M, D], grouped

@@ -58,6 +58,7 @@ from kernels.float8_cast import (
 )
 from kernels.mxfp8 import e8m0_to_fp32
 
+from .backward_order import zero_from
 from .config import E4M3, E5M2, Float8Config
 from .scaling import (
     BLOCK_K,
@@ -98,19 +99,12 @@ def _weight_for_grad_input(w8: Float8TrainingTensor, g: torch.Tensor) -> Float8T
                                 w8._linear_mm_config, w8._gemm_input_role)
 
 
-def _zero_from(g: torch.Tensor) -> torch.Tensor:
-    """A uint8 0 [1, 1] computed from g: adding it to a tensor ties that tensor's kernel to g (NaN != NaN is the
-    only way to 1, and & 0 clears it; no dtype view of g, whose layout inductor may leave open)."""
-    g00 = g[:1, :1]
-    return (g00 != g00).to(torch.uint8) & 0
-
-
 def _transpose_in_backward(data: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """float8 data [R, C] -> its transpose [C, R] contiguous, copied after g exists (see _weight_for_grad_input
     for why a gathered weight's transpose must be tied to backward)."""
     u8 = data.view(torch.uint8)
     # [C, R] with R contiguous: the transposed copy, written by the add itself (one pass, eager or compiled)
-    return torch.add(u8.t(), _zero_from(g), out=u8.new_empty(u8.shape[1], u8.shape[0])).view(data.dtype)
+    return torch.add(u8.t(), zero_from(g), out=u8.new_empty(u8.shape[1], u8.shape[0])).view(data.dtype)
 
 
 def _tied_to(data: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -121,7 +115,7 @@ def _tied_to(data: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     already, so there it is skipped (it would be a pass of its own)."""
     if not torch.compiler.is_compiling():
         return data
-    return (data.view(torch.uint8) + _zero_from(g)).view(data.dtype)
+    return (data.view(torch.uint8) + zero_from(g)).view(data.dtype)
 
 
 def _rowwise(t: torch.Tensor, cfg: LinearMMConfig, role):

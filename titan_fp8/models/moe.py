@@ -186,8 +186,11 @@ class GroupedExperts(nn.Module):
         h1, h3 = self.mm(x_sorted, w13, offs).chunk(2, dim=-1)
         return self.mm(F.silu(h1) * h3, w2, offs)
 
-    def routed(self, x: Tensor, weights: Tensor, plan: "DispatchPlan", grad_scale: float = 1.0) -> Tensor:
-        """x [N, D], router weights [N, k] -> sum over each token's k experts of weight * expert(x)."""
+    def routed(self, x: Tensor, weights: Tensor, plan: "DispatchPlan", grad_scale: float = 1.0,
+               x_kept: bool = False) -> Tensor:
+        """x [N, D], router weights [N, k] -> sum over each token's k experts of weight * expert(x).
+        x_kept: the caller holds x through backward anyway; the float8 subclass then saves x instead of a float8
+        copy of its own (bf16 keeps nothing extra either way)."""
         n, k = weights.shape
         with record_function("moe.permute"):
             x_buf = _Permute.apply(x, plan.src, plan.pos, k)
@@ -467,7 +470,8 @@ class MoE(nn.Module):
         else:
             with torch.no_grad():
                 plan = dispatch_plan(experts, self.num_experts, self.token_group_align)
-            y = self.experts.routed(xf, weights, plan)
+            # the router's weight gradient reads xf: it is alive through backward whatever the experts save
+            y = self.experts.routed(xf, weights, plan, x_kept=self.router.gate.weight.requires_grad)
             counts = plan.counts
         # the shared expert after the routed ones: computed first (session 17, benchmarks/results/issue9_s17/
         # call2_static_tied), inductor interleaved the two backwards and the llama_moe layer's peak rose 62 MB
