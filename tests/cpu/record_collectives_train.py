@@ -1,6 +1,7 @@
 """launch/train.py with torch.distributed's collectives wrapped to record, per rank, which ranks each one spans.
 
-Same arguments as launch/train.py. Each rank writes <dump_folder>/collectives-rank<RANK>.json at exit:
+Same arguments as launch/train.py. Each rank writes <dump_folder>/collectives-rank<RANK>.json when the launcher
+destroys its process group (a gloo run leaves with os._exit right after: launch/train.py says why):
   max_all_reduce: [{"ranks": [...], "numel": n}] for every all_reduce(op=MAX) (the float8 AMAX all-reduce is the
                   only MAX reduction in the project);
   other_all_reduce_groups: the sorted distinct rank lists of every other all_reduce (loss stats, router loads,
@@ -51,21 +52,30 @@ def _wrap(name, fn):
     return wrapped
 
 
+def _write_record(dump: str) -> None:
+    out = {k: sorted(map(list, v)) if isinstance(v, set) else v for k, v in RECORD.items()}
+    with open(os.path.join(dump, f"collectives-rank{os.environ.get('RANK', '0')}.json"), "w") as f:
+        json.dump(out, f)
+
+
 def main() -> int:
     for name in ("all_reduce", "all_gather_into_tensor", "all_gather_single"):
         if hasattr(dist, name):
             setattr(dist, name, _wrap(name, getattr(dist, name)))
     dump = next(a.split("=", 1)[1] for a in sys.argv if a.startswith("--job.dump_folder="))
+    destroy = dist.destroy_process_group
+
+    def write_then_destroy(*args, **kwargs):
+        _write_record(dump)  # the last moment this process is sure to have: nothing after runpy runs on gloo
+        return destroy(*args, **kwargs)
+
+    dist.destroy_process_group = write_then_destroy
     sys.argv[0] = TRAIN
-    code = 0
     try:
         runpy.run_path(TRAIN, run_name="__main__")
     except SystemExit as e:
-        code = e.code or 0
-    out = {k: sorted(map(list, v)) if isinstance(v, set) else v for k, v in RECORD.items()}
-    with open(os.path.join(dump, f"collectives-rank{os.environ.get('RANK', '0')}.json"), "w") as f:
-        json.dump(out, f)
-    return code
+        return e.code or 0
+    return 0
 
 
 if __name__ == "__main__":
