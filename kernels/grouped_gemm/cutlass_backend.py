@@ -35,10 +35,11 @@ import torch
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90")
 _KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3, "cooperative_lpt": 4,
-              "cooperative_n192_2x1": 5}
+              "cooperative_n192_2x1": 5, "cooperative_lpt_n192_2x1": 6}
 _KERNEL_TU = {"cooperative": "coop", "pingpong": "pp", "cooperative_2x1": "coop2x1", "cooperative_1x1": "coop1x1",
-              "cooperative_lpt": "cooplpt", "cooperative_n192_2x1": "coopn192x2"}
-_N192_IDS = (5,)  # kernels whose output tiles are 192 columns wide (the raster rule counts their tiles)
+              "cooperative_lpt": "cooplpt", "cooperative_n192_2x1": "coopn192x2",
+              "cooperative_lpt_n192_2x1": "cooplptn192x2"}
+_N192_IDS = (5, 6)  # kernels whose output tiles are 192 columns wide (the raster rule counts their tiles)
 SOURCES = ("bindings.cpp", "wt_tile_quant.cu") + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in _KERNEL_TU.values()
                                     for dt in ("bf16", "f32"))
 HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h", "lpt_group_scheduler.h", "wt_tile_quant.h")
@@ -53,7 +54,8 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 #     a global ticket counter by the first cluster free, so one long expert no longer leaves a static share of
 #     long tiles on a few CTAs; "cooperative_n192_2x1" = cooperative with 128x192x128 tiles and a 2x1 cluster
 #     (weight tiles multicast to two row tiles; the tile and cluster DeepGEMM's sm_90 kernel picks at these
-#     shapes), same bits as the 128x128 kernels;
+#     shapes), same bits as the 128x128 kernels; "cooperative_lpt_n192_2x1" = those tiles and cluster with the
+#     dynamic scheduler of "cooperative_lpt" (for wgrad);
 #   along_m / along_n: the order in which the persistent scheduler walks a group's output tiles. Left out: along
 #     the dimension with FEWER tiles per group (along N when a group's output has more 128-row tiles than
 #     128-column tiles), so each wave of CTAs re-reads the smaller operand (the one the long side walks)
@@ -65,11 +67,15 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 # The configuration is read at call time (inside the ops, C++ and Python alike), so $TITAN_FP8_CUTLASS_SCHEDULE
 # also reaches graphs torch.compile already traced; it overrides SCHEDULES (see schedule_id). The C++ ops resolve
 # each new value of the variable once (schedules_for_env): change SCHEDULES before the first call, not after.
-# fprop/dgrad: cooperative_n192_2x1, 1.05-1.07x the 128x128 cooperative kernel in all six (shape, pass) cells at
-# identical bits (benchmarks/results/issue10_n192_s19/NOTE.md, H100; 128x192 tiles with A multicast instead:
-# 0.96-1.06x); their tiles all reduce over the same K, where the static order is balanced already.
-# wgrad: cooperative_lpt, as a tile there costs its group's token count (uneven routing).
-SCHEDULES = {"fprop": "cooperative_n192_2x1", "dgrad": "cooperative_n192_2x1", "wgrad": "cooperative_lpt"}
+# fprop/dgrad: 128x192 tiles with a 2x1 cluster, 1.05-1.07x the 128x128 cooperative kernel in all six (shape, pass)
+# cells at identical bits (benchmarks/results/issue10_n192_s19/NOTE.md, H100; 128x192 tiles with A multicast
+# instead: 0.96-1.06x).
+# wgrad: cooperative_lpt_n192_2x1, the same tiles with the dynamic scheduler, as a wgrad tile costs its group's
+# token count (uneven routing): 1.005-1.050x cooperative_lpt (128x128, 1x2) in all six (shape, routing) cells, and
+# up to 1.045x the static n192 kernel under skewed routing (benchmarks/results/issue10_lpt_n192_s20/, H100).
+# fprop/dgrad stay on the static order for now: the dynamic one measured +0.2-1.4% there in 12 of 12 cells at 30
+# rounds (11 of 12 at 15), but the dgrad-in-parts op (row_start, zero tail) has not run under it on a GPU yet.
+SCHEDULES = {"fprop": "cooperative_n192_2x1", "dgrad": "cooperative_n192_2x1", "wgrad": "cooperative_lpt_n192_2x1"}
 _ALONG_N_BIT = 1 << 4
 
 

@@ -36,7 +36,9 @@ def compare_with_nan(out, ref, tol):
 
 
 @pytest.fixture(params=["cooperative", "pingpong", "cooperative_2x1:along_n", "cooperative_1x1:swizzle=4",
-                        "cooperative_lpt", "cooperative_n192_2x1", "cooperative_n192_2x1:along_m"])
+                        "cooperative_lpt", "cooperative_n192_2x1", "cooperative_n192_2x1:along_m",
+                        "cooperative_lpt_n192_2x1", "cooperative_lpt_n192_2x1:along_n",
+                        "cooperative_lpt_n192_2x1:along_m"])
 def schedule(request, monkeypatch):
     """Every CUTLASS kernel, and the scheduler options (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", request.param)
@@ -303,12 +305,14 @@ def test_wgrad_lpt_scheduler_matches_static_bit_for_bit(ext, monkeypatch):
     xt, xs = to_mxfp8_blocked(x.t(), -1, 128, 128)
     dt, ds = to_mxfp8_blocked(do.t(), -1, 128, 1)
     outs = {}
-    for sched in ("cooperative", "cooperative_lpt"):
+    lpt = ("cooperative_lpt", "cooperative_lpt_n192_2x1:along_m", "cooperative_lpt_n192_2x1:along_n")
+    for sched in ("cooperative",) + lpt:
         monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"wgrad={sched}")
         poison_allocator(len(sizes) * N * K * 2)
         outs[sched] = mxfp8_grouped_mm_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, block=128, a_tile=128,
                                              backend="cutlass")
-    assert torch.equal(outs["cooperative"].view(torch.int16), outs["cooperative_lpt"].view(torch.int16))
+    for sched in lpt:  # the 2x1 cluster's two CTAs share each dynamic ticket under either raster order
+        assert torch.equal(outs["cooperative"].view(torch.int16), outs[sched].view(torch.int16)), sched
     ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
     assert torch.equal(outs["cooperative_lpt"][3], torch.zeros_like(outs["cooperative_lpt"][3]))
     assert rel(outs["cooperative_lpt"], ref) < TOL_BF16
@@ -340,7 +344,10 @@ def test_n192_kernel_equals_128_wide_bit_for_bit(ext, monkeypatch):
     xt, xs = to_mxfp8_blocked((torch.randn(T, N, device="cuda") * 1e20).t(), -1, 128, 128)
     dt, dts = to_mxfp8_blocked((torch.randn(T, K, device="cuda") * 1e-20).t(), -1, 128, 1)
     outs = {}
-    for wide, pair in (("cooperative", "cooperative_lpt"), ("cooperative_n192_2x1", "cooperative_n192_2x1")):
+    runs = (("cooperative", "cooperative_lpt"), ("cooperative_n192_2x1", "cooperative_n192_2x1"),
+            ("cooperative_n192_2x1:along_m", "cooperative_lpt_n192_2x1:along_m"),
+            ("cooperative_n192_2x1:along_n", "cooperative_lpt_n192_2x1:along_n"))
+    for wide, pair in runs:
         monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"fprop={wide};dgrad={wide};wgrad={pair}")
         poison_allocator(M * N * 2)
         f = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
@@ -350,10 +357,11 @@ def test_n192_kernel_equals_128_wide_bit_for_bit(ext, monkeypatch):
         poison_allocator(E * K * N * 4)
         g = mxfp8_grouped_mm_wgrad(dt, dts, xt, xs, woffs, block=128, a_tile=128, backend="cutlass")
         outs[wide] = (f, d, g)
-    for name, a, b in zip(("fprop", "dgrad", "wgrad"), outs["cooperative"], outs["cooperative_n192_2x1"]):
-        assert a.isfinite().all() and a.abs().max() > 0, name
-        assert torch.equal(a.view(torch.int16 if a.dtype == torch.bfloat16 else torch.int32),
-                           b.view(torch.int16 if b.dtype == torch.bfloat16 else torch.int32)), name
+    for wide, _ in runs[1:]:
+        for name, a, b in zip(("fprop", "dgrad", "wgrad"), outs["cooperative"], outs[wide]):
+            assert a.isfinite().all() and a.abs().max() > 0, name
+            assert torch.equal(a.view(torch.int16 if a.dtype == torch.bfloat16 else torch.int32),
+                               b.view(torch.int16 if b.dtype == torch.bfloat16 else torch.int32)), (wide, name)
 
 
 def test_auto_picks_cutlass_for_mx128(ext):

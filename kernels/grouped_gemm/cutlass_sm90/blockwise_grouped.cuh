@@ -44,7 +44,7 @@
 
 #include "lpt_group_scheduler.h"
 
-// The promotion of the 128x192 tiles (kCoopN192x2). With a row scale for A (1x128) and more than one
+// The promotion of the 128x192 tiles (kCoopN192x2, kCoopLptN192x2). With a row scale for A (1x128) and more than one
 // column scale for B per tile, CUTLASS's mainloop promotes with accum += partial * sa * sb: an FMUL and an FFMA per
 // accumulator, and a rounding order, (partial * sa) * sb, that differs from the 128x128 kernels' partial * (sa * sb)
 // where partial * sa leaves fp32's range. This specialization of its accumulator helper, for the 96 fp32 values a
@@ -272,8 +272,8 @@ __global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* 
 
 template <class ElementD, int Sched>
 struct BlockwiseGrouped {
-  static constexpr bool kLpt = Sched == kCoopLpt;
-  static constexpr bool kN192 = Sched == kCoopN192x2;
+  static constexpr bool kLpt = Sched == kCoopLpt || Sched == kCoopLptN192x2;
+  static constexpr bool kN192 = Sched == kCoopN192x2 || Sched == kCoopLptN192x2;
   // LptGroupProblemShape selects lpt_group_scheduler.h's dynamic scheduler; it is a GroupProblemShape otherwise
   using ProblemShape = cute::conditional_t<kLpt, LptGroupProblemShape,
                                            cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>;
@@ -294,7 +294,7 @@ struct BlockwiseGrouped {
   using MainSchedule = cute::conditional_t<kPP, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
   using ClusterShape = cute::conditional_t<
-      Sched == kCoop2x1 || Sched == kCoopN192x2, cute::Shape<cute::_2, cute::_1, cute::_1>,
+      Sched == kCoop2x1 || kN192, cute::Shape<cute::_2, cute::_1, cute::_1>,
       cute::conditional_t<Sched == kCoop1x1, cute::Shape<cute::_1, cute::_1, cute::_1>,
                           cute::Shape<cute::_1, cute::_2, cute::_1>>>;
   // SFB's column granularity: 128 (one scale per 128x128 weight tile) where the tile is 128 wide; a 192-wide tile

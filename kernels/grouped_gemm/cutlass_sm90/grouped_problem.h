@@ -53,13 +53,16 @@ struct GroupedProblem {
 //                 scales are read at 64-column granularity (a tile straddles two 128x128 weight tiles). Measured
 //                 and dropped (benchmarks/results/issue10_n192_s19/): 128x192 with A multicast (1x2), 0.92-1.06x
 //                 the 128x128 kernel; its cooperative_lpt twin for wgrad, 0.91-1.07x
+//   kCoopLptN192x2 kCoopN192x2's tiles and 2x1 cluster with kCoopLpt's dynamic scheduler, for wgrad (the
+//                 scheduler needs the two CTAs of a cluster on consecutive linear tile indices, which CUTLASS's grid
+//                 gives for a 2x1 cluster under both raster orders, as for 1x2)
 // Larger tiles do not fit: the blockwise mainloop keeps two fp32 accumulators (the running sum and the partial of
 // the current 128 of the reduction), so a 64x256 or 128x128 tile per warpgroup needs 256 registers a thread
 // (64x192: 192).
 enum Schedule : int {
-  kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4, kCoopN192x2 = 5
+  kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4, kCoopN192x2 = 5, kCoopLptN192x2 = 6
 };
-constexpr int kNumSchedules = 6;
+constexpr int kNumSchedules = 7;
 
 #define TITAN_MX_DECLARE(DT, SCHED)                                                                   \
   size_t scratch_bytes_##DT##_##SCHED(const GroupedProblem& p, int sm_count);                         \
@@ -71,6 +74,7 @@ TITAN_MX_DECLARE(bf16, coop2x1) TITAN_MX_DECLARE(f32, coop2x1)
 TITAN_MX_DECLARE(bf16, coop1x1) TITAN_MX_DECLARE(f32, coop1x1)
 TITAN_MX_DECLARE(bf16, cooplpt) TITAN_MX_DECLARE(f32, cooplpt)
 TITAN_MX_DECLARE(bf16, coopn192x2) TITAN_MX_DECLARE(f32, coopn192x2)
+TITAN_MX_DECLARE(bf16, cooplptn192x2) TITAN_MX_DECLARE(f32, cooplptn192x2)
 #undef TITAN_MX_DECLARE
 
 }  // namespace titan_mx
