@@ -581,7 +581,8 @@ class _FusedExperts(torch.autograd.Function):
     def backward(ctx, dout):
         xtq, xts, h13, atq, ats, y, weights, w13, w2, src, pos, offs = ctx.saved_tensors
         spec = ctx.spec
-        x = xtq if ctx.remake else None  # (the saved x)
+        if ctx.remake:  # the first slot holds x (forward's x_for_wgrad)
+            x, xtq = xtq, None
         dout = dout.contiguous()
         grad_dtype = dout.dtype
         # Order for peak memory: each dgrad (with its transient float8 weight operand) runs before its wgrad, and
