@@ -234,6 +234,7 @@ def run(cfg: JobConfig, log=print) -> dict:
         if check.nonfinite and not t.skip_nonfinite_steps:
             done = ("stopping before the optimizer step" if not deferred
                     else "stopping (the GPU skipped that step's update)")
+            metrics.close()  # TensorBoard's events so far reach disk: a gloo run leaves by os._exit (launch/train.py)
             raise NonFiniteStepError(f"{check.describe()}; {done}, no checkpoint written. "
                                      "Set [training] skip_nonfinite_steps = true to skip such steps.")
 
