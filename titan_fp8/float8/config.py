@@ -105,8 +105,9 @@ class Float8Config:
         router keeps for its own weight gradient anyway) and remake its float8 token-major copy, the operand of
         w13's weight gradient, in backward right before that GEMM. True: they keep that copy from forward to
         backward (1 byte per routed token slot and model dim per layer, e.g. 68 MB at llama_moe shapes), which
-        skips one more read of the input in backward (measured: +0.5% layer time at llama_moe, +2.3% at
-        dsv3_layer, for 67 / 227 MB less at the layer's peak; benchmarks/results/issue9_s20/).
+        skips one more read of the input in backward (measured on one H100, the remake's cost in layer time:
+        +0.5% at llama_moe; -0.4% to +4.5% over three runs at dsv3_layer, about the run-to-run noise there;
+        for 67 / 227 MB less at the layer's peak: benchmarks/results/issue9_s20/).
     enable_fsdp_float8_all_gather covers the expert weights too (expert_weights.py; not with "mx32_plain",
     whose two differently scaled weight copies cannot come from one gathered copy).
     """
