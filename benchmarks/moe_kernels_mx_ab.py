@@ -45,14 +45,18 @@ def graph_ms(fn, calls):
     return _graph_ms(fn, calls)
 OPS = {0: "dispatch_quantize", 1: "combine_backward", 2: "swiglu_quantize", 3: "swiglu_quantize_backward"}
 COL_TILE = {0: 128, 1: 1, 2: 128, 3: 1}
-# (block, mode) -> [(warps, AMAX_FIRST), ...]; the first is what kernels/moe/triton.py now launches
+# (block, mode) -> [(warps, AMAX_FIRST[, SIGMOID[, HALVES]]), ...]; the first is what kernels/moe/triton.py now
+# launches; SIGMOID (kernels.moe.triton.SIGMOID, SwiGLU's modes) defaults to "fast"; HALVES (MODE 3, col_tile 1:
+# MX_CONFIGS' flag) to the launch config's
 CANDIDATES = {
     (128, 0): [(8, True), (8, False)],
     (128, 1): [(8, True), (8, False)],
-    (128, 2): [(16, False), (16, True)],
-    (128, 3): [(8, False), (8, True), (16, False)],
+    (128, 2): [(16, False), (16, False, "exact"), (8, False), (16, True)],
+    (128, 3): [(8, False), (8, False, "exact"), (16, False), (8, True), (8, False, "fast", False),
+               (16, False, "fast", False)],
     (32, 0): [(2, False)],
-    (32, 2): [(4, False)],
+    (32, 2): [(4, False), (4, False, "exact"), (8, False)],
+    (32, 3): [(4, False), (4, False, "exact"), (8, False), (4, False, "fast", True), (8, False, "fast", True)],
 }
 
 
@@ -111,13 +115,14 @@ def copy_ms(n):
 
 
 def set_config(block, mode, cfg):
-    warps, first = cfg
+    warps, first = cfg[:2]
+    kt.SIGMOID = cfg[2] if len(cfg) > 2 else "fast"
     if COL_TILE[mode] > 1:
         bm, bd, _ = kt.MX_COL_TILE_CONFIGS[block, mode]
         kt.MX_COL_TILE_CONFIGS[block, mode] = (bm, bd, warps)
     else:
         bm, bd, _, halves = kt.MX_CONFIGS[block, mode]
-        kt.MX_CONFIGS[block, mode] = (bm, bd, warps, halves)
+        kt.MX_CONFIGS[block, mode] = (bm, bd, warps, cfg[3] if len(cfg) > 3 else halves)
     if first:
         kt.MX_AMAX_FIRST.add((block, mode))
     else:
@@ -125,12 +130,15 @@ def set_config(block, mode, cfg):
 
 
 def identical(a, b):
-    """Byte equality of two output tuples (q, s, qt, st, dots); dots compared as bits too (reported apart)."""
+    """Byte equality of two output tuples (q, s, qt, st, dots): [(output, fraction of its bytes that differ)] for
+    the outputs that differ; dots compared as bits too (reported apart)."""
     bad = []
     for i in range(4):
         x, y = a[i].contiguous().view(torch.uint8), b[i].contiguous().view(torch.uint8)
-        if x.shape != y.shape or not torch.equal(x, y):
-            bad.append(i)
+        if x.shape != y.shape:
+            bad.append((i, 1.0))
+        elif not torch.equal(x, y):
+            bad.append((i, float((x != y).float().mean())))
     dots_same = None
     if a[4] is not None:
         dots_same = torch.equal(a[4].view(torch.int32), b[4].view(torch.int32))
@@ -174,7 +182,8 @@ def main():
     path = os.path.join(args.out, f"moe_kernels_mx_ab-{dev.lower().replace(' ', '-')}-"
                                   f"{datetime.date.today().isoformat()}.json")
     rows, t0 = [], time.time()
-    defaults = dict(col=dict(kt.MX_COL_TILE_CONFIGS), plain=dict(kt.MX_CONFIGS), amax_first=set(kt.MX_AMAX_FIRST))
+    defaults = dict(col=dict(kt.MX_COL_TILE_CONFIGS), plain=dict(kt.MX_CONFIGS), amax_first=set(kt.MX_AMAX_FIRST),
+                    sigmoid=kt.SIGMOID)
 
     def dump():
         with open(path, "w") as f:
@@ -216,7 +225,9 @@ def main():
                     kt.MX_CONFIGS.update(defaults["plain"])
                     kt.MX_AMAX_FIRST.clear()
                     kt.MX_AMAX_FIRST.update(defaults["amax_first"])
-                same = "" if bad is None else ("same" if not bad else f"DIFF{bad}")
+                    kt.SIGMOID = defaults["sigmoid"]
+                same = "" if bad is None else ("same" if not bad else
+                                               "DIFF " + " ".join(f"out{i}:{frac:.1e}" for i, frac in bad))
                 if dots_same is not None:
                     same += "" if dots_same else " dots-differ"
                 rows.append(dict(shape=shape, op=OPS[mode], block=block, cand=list(cfg), ms=round(ms, 4),

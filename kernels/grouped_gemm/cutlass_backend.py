@@ -73,9 +73,11 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 # wgrad: cooperative_lpt_n192_2x1, the same tiles with the dynamic scheduler, as a wgrad tile costs its group's
 # token count (uneven routing): 1.005-1.050x cooperative_lpt (128x128, 1x2) in all six (shape, routing) cells, and
 # up to 1.045x the static n192 kernel under skewed routing (benchmarks/results/issue10_lpt_n192_s20/, H100).
-# fprop/dgrad stay on the static order for now: the dynamic one measured +0.2-1.4% there in 12 of 12 cells at 30
-# rounds (11 of 12 at 15), but the dgrad-in-parts op (row_start, zero tail) has not run under it on a GPU yet.
-SCHEDULES = {"fprop": "cooperative_n192_2x1", "dgrad": "cooperative_n192_2x1", "wgrad": "cooperative_lpt_n192_2x1"}
+# fprop/dgrad: the same kernel, +0.2-1.4% over the static order in 12 of 12 cells at 30 rounds (11 of 12 at 15;
+# issue10_lpt_n192_s20); bit for bit with it, the dgrad-in-parts op (row_start, zero tail) included (H100,
+# benchmarks/results/issue9_s21/).
+SCHEDULES = {"fprop": "cooperative_lpt_n192_2x1", "dgrad": "cooperative_lpt_n192_2x1",
+             "wgrad": "cooperative_lpt_n192_2x1"}
 _ALONG_N_BIT = 1 << 4
 
 

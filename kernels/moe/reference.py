@@ -21,7 +21,9 @@ Token-major copy ("cols", the wgrad operand) = transposed [C, P], quantized alon
                Rows at or past offs[-1] (none in an MoE buffer) are written as zero bytes.
 
 SwiGLU is computed with one fixed sequence of correctly rounded fp32 operations (see _sigmoid), so PyTorch and
-Triton give the same bits: torch's silu and Triton's exp differ from each other in the last bits.
+Triton give the same bits: torch's silu and Triton's exp differ from each other in the last bits. The compiled
+Triton kernels run a faster sigmoid by default (kernels.moe.triton.SIGMOID = "fast"): within the same error
+bound, not the same bits; "exact" gives this module's.
 """
 from __future__ import annotations
 

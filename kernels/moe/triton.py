@@ -1,4 +1,5 @@
-"""Triton kernels of the fused MoE expert path: bit-identical to kernels/moe/reference.py (dweights aside).
+"""Triton kernels of the fused MoE expert path: bit-identical to kernels/moe/reference.py (dweights aside; and
+SwiGLU under SIGMOID = "fast", the compiled default, which is within the reference's error bound instead).
 
 One prologue (_values) makes the fp32 tile a kernel quantizes, by MODE:
   0 dispatch        x[src[r]] (0 where src[r] == N)                          x [N, D], src [P]
@@ -109,7 +110,24 @@ def _k(x, c):
 
 
 @triton.jit
-def _sigmoid(x):
+def _sigmoid(x, FAST: tl.constexpr = False):
+    """reference._sigmoid, op for op; FAST (compiled only, see SIGMOID): 1 / (1 + 2^t), t = min(x * -log2 e, 126),
+    by the GPU's special-function unit, ex2.approx.ftz + rcp.approx.ftz: 5 instructions instead of ~35. The cap
+    keeps 1 / (1 + 2^t) normal (ftz would flush it to 0), so silu(-inf) is -inf as in the exact form, not NaN;
+    a NaN passes the cap (min.NaN), so sigmoid(NaN) is NaN as there."""
+    if FAST and _RN:
+        t = tl.minimum(x * _NEG_LOG2E, 126.0, propagate_nan=tl.PropagateNan.ALL)
+        e = tl.inline_asm_elementwise("ex2.approx.ftz.f32 $0, $1;", "=f,f", [t], dtype=tl.float32, is_pure=True,
+                                      pack=1)
+        s = tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [e + 1.0], dtype=tl.float32,
+                                      is_pure=True, pack=1)
+    else:
+        s = _exact_sigmoid(x)
+    return s
+
+
+@triton.jit
+def _exact_sigmoid(x):
     """reference._sigmoid, op for op."""
     xs = tl.where(x != x, 0.0, x)  # NaN handled at the end (keeps the integer cast below defined)
     t = _mul(xs, _k(x, _NEG_LOG2E))
@@ -138,13 +156,13 @@ def _gather_src(src_ptr, rows, rmask, N):
 
 
 @triton.jit
-def _swiglu_grads(da_ptr, h13_ptr, rows, cc, m, H, IS_BF16: tl.constexpr):
+def _swiglu_grads(da_ptr, h13_ptr, rows, cc, m, H, IS_BF16: tl.constexpr, FAST: tl.constexpr):
     """(dh1, dh3) at columns cc of [0, H) (reference.swiglu_grad_values, op for op) from da [P, H], h13 [P, 2H]."""
     base = rows[:, None] * (2 * H) + cc[None, :]
     g = _widen(_load_raw(da_ptr, rows[:, None] * H + cc[None, :], m, IS_BF16), IS_BF16)
     h1 = _widen(_load_raw(h13_ptr, base, m, IS_BF16), IS_BF16)
     h3 = _widen(_load_raw(h13_ptr, base + H, m, IS_BF16), IS_BF16)
-    s = _sigmoid(h1)
+    s = _sigmoid(h1, FAST)
     one = _k(s, 1.0)
     dsilu = _mul(s, _add(_mul(h1, _add(-s, one)), one))
     return _mul(_mul(g, h3), dsilu), _mul(g, _mul(h1, s))
@@ -152,7 +170,8 @@ def _swiglu_grads(da_ptr, h13_ptr, rows, cc, m, H, IS_BF16: tl.constexpr):
 
 @triton.jit
 def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE: tl.constexpr,
-            K: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr, HALVES: tl.constexpr = False):
+            K: tl.constexpr, WANT_DOT: tl.constexpr, IS_BF16: tl.constexpr, HALVES: tl.constexpr = False,
+            FAST_SIGMOID: tl.constexpr = False):
     """(v, v2, dot): the fp32 tile [BM, BC] to quantize (rows int64 buffer rows, cols int32 output columns), and,
     MODE 1 with WANT_DOT, the per-row partial dot <dout, y> over these columns (else zeros). HALVES (MODE 3
     only): cols are in [0, H) and v / v2 are dh1 (output columns cols) / dh3 (cols + H) from ONE sigmoid of h1
@@ -180,13 +199,13 @@ def _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H
         base = rows[:, None] * (2 * H) + cols[None, :]
         h1 = _widen(_load_raw(a_ptr, base, m, IS_BF16), IS_BF16)
         h3 = _widen(_load_raw(a_ptr, base + H, m, IS_BF16), IS_BF16)
-        v = _mul(_mul(h1, _sigmoid(h1)), h3)
+        v = _mul(_mul(h1, _sigmoid(h1, FAST_SIGMOID)), h3)
     elif HALVES:  # SwiGLU backward, both halves: a = da [P, H], b = h13 [P, 2H]; cols in [0, H)
-        v, v2 = _swiglu_grads(a_ptr, b_ptr, rows, cols, rmask[:, None] & cmask[None, :], H, IS_BF16)
+        v, v2 = _swiglu_grads(a_ptr, b_ptr, rows, cols, rmask[:, None] & cmask[None, :], H, IS_BF16, FAST_SIGMOID)
     else:  # SwiGLU backward: a = da [P, H], b = h13 [P, 2H]; C == 2H, column c < H: dh1, else dh3
         hi = cols >= H
         dh1, dh3 = _swiglu_grads(a_ptr, b_ptr, rows, tl.where(hi, cols - H, cols), rmask[:, None] & cmask[None, :],
-                                 H, IS_BF16)
+                                 H, IS_BF16, FAST_SIGMOID)
         v = tl.where(hi[None, :], dh3, dh1)
     if not HALVES:
         v2 = v
@@ -270,7 +289,8 @@ def _mx_store_cols(xc, ac, pid_m, rows, rmask, cols, cmask, qc_ptr, sc_ptr, P, C
 def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr, dot_ptr, N, P, C, H,
                MODE: tl.constexpr, K: tl.constexpr, QB: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr,
                HW_CAST: tl.constexpr, IS_BF16: tl.constexpr, COL_TILE: tl.constexpr = 1, HALVES: tl.constexpr = False,
-               AMAX_FIRST: tl.constexpr = False, ROWS: tl.constexpr = True, COLS: tl.constexpr = True):
+               AMAX_FIRST: tl.constexpr = False, ROWS: tl.constexpr = True, COLS: tl.constexpr = True,
+               FAST_SIGMOID: tl.constexpr = False):
     # qr [P, C], sr [P, C/32]; qc [C, P], sc [P/32, C]; dot [C/BD, P] (MODE 1). QB: the scale block (32 or 128).
     # COL_TILE == BD (128): the token-major copy shares one scale per QB tokens x BD features (the max of the row
     # amaxes of those QB rows: no second reduction over the values).
@@ -279,7 +299,7 @@ def _mx_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, qr_ptr, sr_ptr, qc_ptr, sc_ptr
     CL = H if HALVES else C
     pid_m, pid_d, rows, cols, rmask, cmask = _tile(P, CL, BM, BD)
     v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True, IS_BF16,
-                         HALVES)
+                         HALVES, FAST_SIGMOID)
     if MODE == 1:
         tl.store(dot_ptr + pid_d * P + rows, dot, mask=rmask)
     kb = pid_d * (BD // 32) + tl.arange(0, BD // 32)
@@ -317,7 +337,7 @@ def _col_max(ab, sel):
 @triton.jit
 def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot_ptr, offs_ptr, N, P, C, H, E,
                     MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr, BD: tl.constexpr, SUB: tl.constexpr,
-                    E_PAD: tl.constexpr, IS_BF16: tl.constexpr):
+                    E_PAD: tl.constexpr, IS_BF16: tl.constexpr, FAST_SIGMOID: tl.constexpr = False):
     # fp8_rowwise pass 1: int32 bits of max |value| (NaN as inf) per row (ramax [P]) and per (expert group, column)
     # (gamax [E + 1, C]; row E: rows past offs[-1]); dot [n_strips, P] partial dots (MODE 1). A program walks
     # SUB row tiles of BM rows down one strip of BD columns (MODE 3: BD columns of [0, H), i.e. dh1's and dh3's):
@@ -342,7 +362,7 @@ def _f8_amax_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, ramax_ptr, gamax_ptr, dot
         rows = row0 + i * BM + tl.arange(0, BM)
         rmask = rows < P
         v, v2, dot = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, True,
-                             IS_BF16, HALVES)
+                             IS_BF16, HALVES, FAST_SIGMOID)
         ab = _mag_bits(v)
         rmax = tl.max(ab, 1)
         ab2 = ab
@@ -414,7 +434,7 @@ def _f8_quant_store(v, rows, rmask, ocols, cmask, g, g0, g1, rs, q_ptr, qc_ptr, 
 def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, scale_ptr, ramax_ptr, gamax_ptr,
                      offs_ptr, N, P, C, H, E, MODE: tl.constexpr, K: tl.constexpr, BM: tl.constexpr,
                      BD: tl.constexpr, E_PAD: tl.constexpr, HW_CAST: tl.constexpr, IS_BF16: tl.constexpr,
-                     ROWS: tl.constexpr = True, COLS: tl.constexpr = True):
+                     ROWS: tl.constexpr = True, COLS: tl.constexpr = True, FAST_SIGMOID: tl.constexpr = False):
     # fp8_rowwise pass 2: q [P, C] with the row scales s [P] and qc [C, P] with scale[group(r), c] (scale fp32
     # [E, C]; zero bytes for rows past offs[-1]), every scale made here from pass 1's amax bits (_pow2_scale; the
     # first column strip writes s, the first row tile writes scale: no eager scale ops between the passes).
@@ -423,7 +443,7 @@ def _f8_quant_kernel(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, q_ptr, s_ptr, qc_ptr, sc
     HALVES: tl.constexpr = MODE == 3
     pid_m, pid_d, rows, cols, rmask, cmask = _tile(P, H if HALVES else C, BM, BD)
     v, v2, _ = _values(a_ptr, b_ptr, c_ptr, d_ptr, e_ptr, rows, rmask, cols, cmask, N, C, H, MODE, K, False, IS_BF16,
-                       HALVES)
+                       HALVES, FAST_SIGMOID)
     rs = _pow2_scale(tl.load(ramax_ptr + rows, mask=rmask, other=0))
     if ROWS and pid_d == 0:
         tl.store(s_ptr + rows, rs, mask=rmask)
@@ -494,15 +514,29 @@ def _combine_kernel(y_ptr, pos_ptr, w_ptr, out_ptr, N, D, K: tl.constexpr, BN: t
 # from the row amaxes) 0.310 -> 0.240 ms at 16 warps (AMAX_FIRST there: 0.244). A persistent, software-pipelined
 # walk (one program per SM, tl.range num_stages 2-3: the next tile's loads as cp.async into shared memory) was
 # 1.5-6x SLOWER for every mode (moe_kernels_mx_ab-*-call1.json): do not retry it.
+# 2026-11-27 (benchmarks/results/issue9_s21/, H100), with the fast sigmoid (SIGMOID below): block-128 MODE 3
+# without HALVES (8 warps; HALVES had 249 registers, one program per SM) 0.402 -> 0.318 ms at dsv3_layer, 0.292 ->
+# 0.234 at llama_moe, the same bytes; the exact sigmoid had made HALVES (one sigmoid per two outputs) the faster.
+# Block 32 stays without: HALVES there 0.407 vs 0.394 ms.
 MX_CONFIGS = {(32, 0): (32, 128, 2, False), (32, 1): (32, 128, 2, False), (32, 2): (32, 64, 4, False),
               (32, 3): (32, 64, 4, False), (128, 0): (128, 128, 8, False), (128, 1): (128, 128, 8, False),
-              (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 8, True)}
+              (128, 2): (128, 128, 8, False), (128, 3): (128, 128, 8, False)}
 # (block, mode) whose _mx_kernel takes both amaxes before encoding (AMAX_FIRST: the same bytes, fewer registers)
 MX_AMAX_FIRST = {(128, 0), (128, 1)}
 # col_tile=128 (the tile spans the 128 features of a token-major scale): (block, mode) -> (BM, BD, num_warps)
 # (ptxas sm_90a: (32, 2) at 2 warps spills 72 B, at 4 none; (128, 2) at 8 warps spills 44 B, at 16 none)
 MX_COL_TILE_CONFIGS = {(32, 0): (32, 128, 2), (32, 2): (32, 128, 4), (128, 0): (128, 128, 8), (128, 2): (128, 128, 16)}
 _MX_INTERP = {32: (32, 32, 4, True), 128: (128, 128, 4, True)}
+# SwiGLU's sigmoid in the compiled kernels (MODE 2 and 3, both recipes): "fast" = the special-function unit's
+# ex2.approx.ftz + rcp.approx.ftz; "exact" = reference._sigmoid op for op, the CPU reference's bits. The exact
+# form's ~35 instructions per element (ptxas, sm_90a: MODE 2 at 16 warps 2416 instructions and 128 registers,
+# fast 944 and 64) made SwiGLU's kernels issue-bound: fast, MODE 2 runs at 94% of copy speed instead of 59%
+# (benchmarks/results/issue9_s21/, H100). Its error is the exact form's bound (a few fp32 ulp); ~2e-6 of the fp8
+# bytes differ from the exact form's, each by one e4m3 step (tests/gpu/test_moe_kernels_gpu.py). Under the
+# interpreter (no GPU) both run the exact form. The value is a launch constexpr: a process that changes it after
+# compiling must turn inductor's FX graph and AOTAutograd caches off (torch 2.11 served the graph compiled under
+# the other value).
+SIGMOID = "fast"
 # fp8_rowwise (mode -> config; MODE 3's BD counts columns of [0, H), each worth a dh1 and a dh3 column):
 #   pass 1 (BM, BD, SUB, num_warps): SUB row tiles per program down one column strip
 #   pass 2 (BM, BD, num_warps)
@@ -550,6 +584,9 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     _check_device(a, who)
     dev = a.device
     hw = default_hw_cast(dev) if hw_cast is None else hw_cast
+    if SIGMOID not in ("fast", "exact"):
+        raise ValueError(f"{who}: kernels.moe.triton.SIGMOID = {SIGMOID!r}; expected 'fast' or 'exact'")
+    fast = SIGMOID == "fast"
     a, is_bf16 = _as_kernel_input(a)
     if mode == 1:
         e, _ = _as_kernel_input(e)
@@ -577,7 +614,7 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
                                                 K=K, QB=block, BM=bm, BD=bd, HW_CAST=hw, IS_BF16=is_bf16,
                                                 COL_TILE=col_tile, HALVES=halves,
                                                 AMAX_FIRST=(block, mode) in MX_AMAX_FIRST, ROWS=rows_on, COLS=cols_on,
-                                                num_warps=warps)
+                                                FAST_SIGMOID=fast, num_warps=warps)
         return q.view(f8), s, qt.view(f8), st.t(), dots
     # fp8_rowwise: pass 1 (row and group amax), the scales, pass 2 (both copies)
     E = offs.shape[0]
@@ -595,7 +632,7 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
         _launcher(_f8_amax_kernel, traced)[(triton.cdiv(P, am * sub) * n_strips,)](
             *args, ramax, gamax, dots if want_dot else gamax, offs, N, P, C, H, E, MODE=mode, K=K, BM=am, BD=ad,
             SUB=sub,
-            E_PAD=e_pad, IS_BF16=is_bf16, num_warps=aw)
+            E_PAD=e_pad, IS_BF16=is_bf16, FAST_SIGMOID=fast, num_warps=aw)
     if not (P and C):  # nothing to quantize: the scales of empty rows / groups by kernels.float8_cast's rule
         s = amax_to_scale(ramax[:P_rows].view(f32), E4M3, round_to_pow2=True)  # [P]
         scale = amax_to_scale(gamax[:E if cols_on else 0].view(f32), E4M3, round_to_pow2=True)
@@ -605,7 +642,8 @@ def quantize_values(mode, a, b=None, c=None, d=None, e=None, *, N, P, C, H, K, o
     scale = torch.empty((E if cols_on else 0, C), dtype=f32, device=dev)
     _launcher(_f8_quant_kernel, traced)[(triton.cdiv(P, qm) * triton.cdiv(walked, qd),)](
         *args, *_slots(rows_on, q, s), *_slots(cols_on, qt, scale), ramax, gamax, offs, N, P, C, H, E, MODE=mode,
-        K=K, BM=qm, BD=qd, E_PAD=e_pad, HW_CAST=hw, IS_BF16=is_bf16, ROWS=rows_on, COLS=cols_on, num_warps=qw)
+        K=K, BM=qm, BD=qd, E_PAD=e_pad, HW_CAST=hw, IS_BF16=is_bf16, ROWS=rows_on, COLS=cols_on, FAST_SIGMOID=fast,
+        num_warps=qw)
     return q.view(f8), s, qt.view(f8), scale, dots
 
 

@@ -47,17 +47,17 @@ for mode in (0, 1, 2, 3):
                 kw = dict(ins, qr_ptr=q, sr_ptr=torch.empty(64, 2, dtype=u8), qc_ptr=qt,
                           sc_ptr=torch.empty(2, 64, dtype=u8), dot_ptr=torch.empty(1, 64), N=8, P=64, C=64, H=32,
                           MODE=mode, K=2, QB=32, BM=32, BD=64, HW_CAST=True, IS_BF16=False, COL_TILE=col_tile,
-                          HALVES=halves, AMAX_FIRST=first, ROWS=rows, COLS=cols)
+                          HALVES=halves, AMAX_FIRST=first, ROWS=rows, COLS=cols, FAST_SIGMOID=True)
                 out[f"_mx_kernel MODE={mode} HALVES={halves} COL_TILE={col_tile} AMAX_FIRST={first} "
                     f"ROWS={rows} COLS={cols}"] = names(kt._mx_kernel, kw)
     ramax, gamax = torch.empty(64, dtype=i32), torch.empty(5, 64, dtype=i32)
     kw = dict(ins, ramax_ptr=ramax, gamax_ptr=gamax, dot_ptr=torch.empty(1, 64), offs_ptr=offs, N=8, P=64, C=64, H=32,
-              E=4, MODE=mode, K=2, BM=32, BD=64, SUB=2, E_PAD=4, IS_BF16=False)
+              E=4, MODE=mode, K=2, BM=32, BD=64, SUB=2, E_PAD=4, IS_BF16=False, FAST_SIGMOID=True)
     out[f"_f8_amax_kernel MODE={mode}"] = names(kt._f8_amax_kernel, kw)
     for rows, cols in ((True, True), (True, False), (False, True)) if mode == 0 else ((True, True),):
         kw = dict(ins, q_ptr=q, s_ptr=torch.empty(64), qc_ptr=qt, scale_ptr=torch.empty(4, 64), ramax_ptr=ramax,
                   gamax_ptr=gamax, offs_ptr=offs, N=8, P=64, C=64, H=32, E=4, MODE=mode, K=2, BM=32, BD=64, E_PAD=4,
-                  HW_CAST=True, IS_BF16=False, ROWS=rows, COLS=cols)
+                  HW_CAST=True, IS_BF16=False, ROWS=rows, COLS=cols, FAST_SIGMOID=True)
         out[f"_f8_quant_kernel MODE={mode} ROWS={rows} COLS={cols}"] = names(kt._f8_quant_kernel, kw)
 kw = dict(y_ptr=y, pos_ptr=pos, w_ptr=w, out_ptr=torch.empty(8, 64, dtype=bf), N=8, D=64, K=2, BN=4, BD=64,
           IS_BF16=False, OUT_BITS=False)

@@ -241,10 +241,11 @@ def test_wgrad_cutlass(ext, schedule, sizes):
     assert torch.equal(torch.nan_to_num(out16.float()), torch.nan_to_num(out.bfloat16().float()))
 
 
-def test_fused_dgrad_in_parts_equals_one_launch(ext):
+def test_fused_dgrad_in_parts_equals_one_launch(ext, monkeypatch):
     """cutlass_backend.dgrad_in_parts (the C++ op running an expert weight's dgrad over parts of the experts, each
     quantizing its own W^T), eager and compiled, against the one-launch dgrad on the whole W^T operand quantized by
-    the Triton quantizer: bit for bit, awkward group sizes, padding."""
+    the Triton quantizer (static scheduler): bit for bit, awkward group sizes, padding, under the static and the
+    dynamic (lpt) scheduler."""
     from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad
     from kernels.grouped_gemm.cutlass_backend import dgrad_in_parts
     from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
@@ -256,14 +257,17 @@ def test_fused_dgrad_in_parts_equals_one_launch(ext):
     dq, ds = to_mxfp8_blocked_rowcol(torch.randn(M, N, device="cuda", dtype=torch.bfloat16), row_block=128,
                                      do_col=False)[:2]
     wtd, wts = to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:]
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "dgrad=cooperative_n192_2x1")
     one = mxfp8_grouped_mm_dgrad(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=128, w_tile=128,
                                  validate=False, backend="cutlass")
     compiled = torch.compile(dgrad_in_parts, fullgraph=True)
-    for parts in (2, 3):
-        for f, how in ((dgrad_in_parts, "eager"), (compiled, "compiled")):
-            poison_allocator(M * K * 2)
-            got = f(dq, ds, w, offs, parts)
-            assert torch.equal(got.view(torch.int16), one.view(torch.int16)), f"{parts} parts, {how}"
+    for sched in ("cooperative_n192_2x1", "cooperative_lpt_n192_2x1", "cooperative_lpt_n192_2x1:along_m"):
+        monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"dgrad={sched}")
+        for parts in (2, 3):
+            for f, how in ((dgrad_in_parts, "eager"), (compiled, "compiled")):
+                poison_allocator(M * K * 2)
+                got = f(dq, ds, w, offs, parts)
+                assert torch.equal(got.view(torch.int16), one.view(torch.int16)), f"{sched}, {parts} parts, {how}"
 
 
 @pytest.mark.parametrize("G,N,K", [(3, 384, 256), (2, 5632, 4096)])
@@ -346,7 +350,9 @@ def test_n192_kernel_equals_128_wide_bit_for_bit(ext, monkeypatch):
     outs = {}
     runs = (("cooperative", "cooperative_lpt"), ("cooperative_n192_2x1", "cooperative_n192_2x1"),
             ("cooperative_n192_2x1:along_m", "cooperative_lpt_n192_2x1:along_m"),
-            ("cooperative_n192_2x1:along_n", "cooperative_lpt_n192_2x1:along_n"))
+            ("cooperative_n192_2x1:along_n", "cooperative_lpt_n192_2x1:along_n"),
+            ("cooperative_lpt_n192_2x1", "cooperative_lpt_n192_2x1"),
+            ("cooperative_lpt_n192_2x1:along_m", "cooperative_lpt"))
     for wide, pair in runs:
         monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"fprop={wide};dgrad={wide};wgrad={pair}")
         poison_allocator(M * N * 2)
