@@ -529,7 +529,7 @@ MX_COL_TILE_CONFIGS = {(32, 0): (32, 128, 2), (32, 2): (32, 128, 4), (128, 0): (
 _MX_INTERP = {32: (32, 32, 4, True), 128: (128, 128, 4, True)}
 # SwiGLU's sigmoid in the compiled kernels (MODE 2 and 3, both recipes): "fast" = the special-function unit's
 # ex2.approx.ftz + rcp.approx.ftz; "exact" = reference._sigmoid op for op, the CPU reference's bits. The exact
-# form's ~35 instructions per element (ptxas, sm_90a: MODE 2 at 16 warps 2416 instructions and 128 registers,
+# form's ~35 instructions per element (ptxas, sm_90a: MODE 2 at 16 warps 2416 SASS instructions, 128 registers;
 # fast 944 and 64) made SwiGLU's kernels issue-bound: fast, MODE 2 runs at 94% of copy speed instead of 59%
 # (benchmarks/results/issue9_s21/, H100). Its error is the exact form's bound (a few fp32 ulp); ~2e-6 of the fp8
 # bytes differ from the exact form's, each by one e4m3 step (tests/gpu/test_moe_kernels_gpu.py). Under the
