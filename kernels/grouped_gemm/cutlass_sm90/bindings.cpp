@@ -55,7 +55,8 @@ constexpr ScratchFn kScratch[titan_mx::kNumSchedules][2] = {
     {titan_mx::scratch_bytes_bf16_coop1x1, titan_mx::scratch_bytes_f32_coop1x1},
     {titan_mx::scratch_bytes_bf16_cooplpt, titan_mx::scratch_bytes_f32_cooplpt},
     {titan_mx::scratch_bytes_bf16_coopn192x2, titan_mx::scratch_bytes_f32_coopn192x2},
-    {titan_mx::scratch_bytes_bf16_cooplptn192x2, titan_mx::scratch_bytes_f32_cooplptn192x2}};
+    {titan_mx::scratch_bytes_bf16_cooplptn192x2, titan_mx::scratch_bytes_f32_cooplptn192x2},
+    {titan_mx::scratch_bytes_bf16_cooplptn192x2e16, titan_mx::scratch_bytes_f32_cooplptn192x2e16}};
 constexpr RunFn kRun[titan_mx::kNumSchedules][2] = {
     {titan_mx::run_bf16_coop, titan_mx::run_f32_coop},
     {titan_mx::run_bf16_pp, titan_mx::run_f32_pp},
@@ -63,7 +64,8 @@ constexpr RunFn kRun[titan_mx::kNumSchedules][2] = {
     {titan_mx::run_bf16_coop1x1, titan_mx::run_f32_coop1x1},
     {titan_mx::run_bf16_cooplpt, titan_mx::run_f32_cooplpt},
     {titan_mx::run_bf16_coopn192x2, titan_mx::run_f32_coopn192x2},
-    {titan_mx::run_bf16_cooplptn192x2, titan_mx::run_f32_cooplptn192x2}};
+    {titan_mx::run_bf16_cooplptn192x2, titan_mx::run_f32_cooplptn192x2},
+    {titan_mx::run_bf16_cooplptn192x2e16, titan_mx::run_f32_cooplptn192x2e16}};
 // each row sits at its Schedule's index
 static_assert(kRun[titan_mx::kCooperative][0] == titan_mx::run_bf16_coop && kRun[titan_mx::kPingpong][0] ==
               titan_mx::run_bf16_pp && kRun[titan_mx::kCoop2x1][0] == titan_mx::run_bf16_coop2x1 &&
@@ -71,7 +73,8 @@ static_assert(kRun[titan_mx::kCooperative][0] == titan_mx::run_bf16_coop && kRun
               titan_mx::run_f32_cooplpt && kRun[titan_mx::kCoopN192x2][1] == titan_mx::run_f32_coopn192x2 &&
               kScratch[titan_mx::kCoopN192x2][0] == titan_mx::scratch_bytes_bf16_coopn192x2 &&
               kRun[titan_mx::kCoopLptN192x2][1] == titan_mx::run_f32_cooplptn192x2 &&
-              kScratch[titan_mx::kCoopLptN192x2][0] == titan_mx::scratch_bytes_bf16_cooplptn192x2,
+              kScratch[titan_mx::kCoopLptN192x2][0] == titan_mx::scratch_bytes_bf16_cooplptn192x2 &&
+              kRun[titan_mx::kCoopLptN192x2E16][1] == titan_mx::run_f32_cooplptn192x2e16,
               "kScratch / kRun rows out of Schedule order");
 
 // config (kernels/grouped_gemm/cutlass_backend.py packs it): bits 0-3 the Schedule, bit 4 raster along N,
@@ -220,7 +223,8 @@ int64_t call_config(c10::string_view pass, double m_tiles, double n_tiles) {
     raster = r3[i];
   }
   int64_t sched = bits & 15;  // the callers count 128-column tiles; the n192 kernels' tiles are 192 wide
-  if (sched == titan_mx::kCoopN192x2 || sched == titan_mx::kCoopLptN192x2) n_tiles *= 128.0 / 192.0;
+  if (sched == titan_mx::kCoopN192x2 || sched == titan_mx::kCoopLptN192x2 || sched == titan_mx::kCoopLptN192x2E16)
+    n_tiles *= 128.0 / 192.0;
   if (raster == 2 || (raster == 0 && m_tiles > n_tiles)) bits |= 16;
   g_last_config = bits;
   return bits;

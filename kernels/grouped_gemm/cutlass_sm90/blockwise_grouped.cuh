@@ -272,8 +272,8 @@ __global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* 
 
 template <class ElementD, int Sched>
 struct BlockwiseGrouped {
-  static constexpr bool kLpt = Sched == kCoopLpt || Sched == kCoopLptN192x2;
-  static constexpr bool kN192 = Sched == kCoopN192x2 || Sched == kCoopLptN192x2;
+  static constexpr bool kLpt = Sched == kCoopLpt || Sched == kCoopLptN192x2 || Sched == kCoopLptN192x2E16;
+  static constexpr bool kN192 = Sched == kCoopN192x2 || Sched == kCoopLptN192x2 || Sched == kCoopLptN192x2E16;
   // LptGroupProblemShape selects lpt_group_scheduler.h's dynamic scheduler; it is a GroupProblemShape otherwise
   using ProblemShape = cute::conditional_t<kLpt, LptGroupProblemShape,
                                            cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>;
@@ -306,7 +306,9 @@ struct BlockwiseGrouped {
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float,
+      cute::conditional_t<Sched == kCoopLptN192x2E16, cute::Shape<cute::_128, cute::_16>,
+                          cutlass::epilogue::collective::EpilogueTileAuto>,
+      float, float,
       void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
       EpiSchedule,
       cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
