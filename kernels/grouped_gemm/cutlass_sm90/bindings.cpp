@@ -223,8 +223,7 @@ int64_t call_config(c10::string_view pass, double m_tiles, double n_tiles) {
     raster = r3[i];
   }
   int64_t sched = bits & 15;  // the callers count 128-column tiles; the n192 kernels' tiles are 192 wide
-  if (sched == titan_mx::kCoopN192x2 || sched == titan_mx::kCoopLptN192x2 || sched == titan_mx::kCoopLptN192x2E16)
-    n_tiles *= 128.0 / 192.0;
+  if (titan_mx::is_n192(int(sched))) n_tiles *= 128.0 / 192.0;
   if (raster == 2 || (raster == 0 && m_tiles > n_tiles)) bits |= 16;
   g_last_config = bits;
   return bits;

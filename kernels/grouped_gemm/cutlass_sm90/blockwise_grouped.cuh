@@ -272,8 +272,8 @@ __global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* 
 
 template <class ElementD, int Sched>
 struct BlockwiseGrouped {
-  static constexpr bool kLpt = Sched == kCoopLpt || Sched == kCoopLptN192x2 || Sched == kCoopLptN192x2E16;
-  static constexpr bool kN192 = Sched == kCoopN192x2 || Sched == kCoopLptN192x2 || Sched == kCoopLptN192x2E16;
+  static constexpr bool kLpt = is_lpt(Sched);
+  static constexpr bool kN192 = is_n192(Sched);
   // LptGroupProblemShape selects lpt_group_scheduler.h's dynamic scheduler; it is a GroupProblemShape otherwise
   using ProblemShape = cute::conditional_t<kLpt, LptGroupProblemShape,
                                            cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>;

@@ -68,6 +68,9 @@ enum Schedule : int {
   kCoopLptN192x2E16 = 7
 };
 constexpr int kNumSchedules = 8;
+// the kernels whose output tiles are 192 columns wide, and those on lpt_group_scheduler.h's dynamic scheduler
+constexpr bool is_n192(int s) { return s == kCoopN192x2 || s == kCoopLptN192x2 || s == kCoopLptN192x2E16; }
+constexpr bool is_lpt(int s) { return s == kCoopLpt || s == kCoopLptN192x2 || s == kCoopLptN192x2E16; }
 
 #define TITAN_MX_DECLARE(DT, SCHED)                                                                   \
   size_t scratch_bytes_##DT##_##SCHED(const GroupedProblem& p, int sm_count);                         \
