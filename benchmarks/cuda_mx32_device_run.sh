@@ -1,5 +1,5 @@
 #!/bin/bash
-# The CUDA C++ mx32 grouped GEMM (kernels/grouped_gemm/cuda_mx32.py, issue 10) in ONE call on one GPU:
+# The CUDA C++ mx32 grouped GEMM (kernels/grouped_gemm/cuda_mx.py, issue 10) in ONE call on one GPU:
 #   1. build the compile-time variants named in MX32_VARIANTS (';'-separated, 'default' = the file's settings);
 #   2. its GPU tests (float64 reference at awkward group sizes, bit for bit against the Gluon kernel);
 #   3. benchmarks/mxfp8_grouped_gemm_gluon.py: bf16 torch._grouped_mm, the Gluon default and every variant,
@@ -15,12 +15,12 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noh
 IFS=';' read -ra VS <<< "$VARIANTS"
 for v in "${VS[@]}"; do
   vv=$([ "$v" = default ] && echo "" || echo "$v" | sed -E 's/(^|,)GROUP_M=[0-9]+//; s/^,//')
-  MAX_JOBS=16 timeout 300 python3 -c "from kernels.grouped_gemm import cuda_mx32 as c; c.load('$vv'); print('built $v')" \
+  MAX_JOBS=16 timeout 300 python3 -c "from kernels.grouped_gemm import cuda_mx as c; c.load('$vv'); print('built $v')" \
     >> "$OUT/build.log" 2>&1 || { echo "BUILD FAILED: $v"; tail -30 "$OUT/build.log"; }
 done
 echo "build: ${SECONDS}s"; grep -c built "$OUT/build.log"
 if [ -z "${MX32_SKIP_TESTS:-}" ]; then
-timeout ${MX32_TEST_S:-150} python3 -m pytest -q -p no:cacheprovider -x tests/gpu/test_grouped_gemm_cuda_mx32_gpu.py \
+timeout ${MX32_TEST_S:-150} python3 -m pytest -q -p no:cacheprovider -x tests/gpu/test_grouped_gemm_cuda_mx_gpu.py \
     > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$? (${SECONDS}s): $(tail -1 "$OUT/pytest.log")"; grep -E "^FAILED|^ERROR|Error|assert" "$OUT/pytest.log" | head -20
 fi

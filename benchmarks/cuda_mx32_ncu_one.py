@@ -1,4 +1,4 @@
-"""One launch of the CUDA mx32 kernel (kernels/grouped_gemm/cuda_mx32.py) at a MoE shape, for ncu:
+"""One launch of the CUDA mx32 kernel (kernels/grouped_gemm/cuda_mx.py) at a MoE shape, for ncu:
 
   ncu --clock-control none --section WarpStateStats --section SchedulerStats -k regex:nt_kernel -s 2 -c 1 \
       python benchmarks/cuda_mx32_ncu_one.py fprop [dsv3_up] [even] [VARIANT]
@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mxfp8_grouped_gemm import SHAPES, E, TPE, routings  # noqa: E402
 
-from kernels.grouped_gemm.cuda_mx32 import launch_nt  # noqa: E402
+from kernels.grouped_gemm.cuda_mx import launch_nt  # noqa: E402
 from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
 
 

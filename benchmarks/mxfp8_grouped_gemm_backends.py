@@ -18,6 +18,8 @@ Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16
   mx128_cutlass     backend="cutlass" with its default kernel per pass (cutlass_backend.SCHEDULES)
   mx128_cutlass_coop / _pp     backend="cutlass", schedule cooperative (128x128 tiles) / pingpong (64x128)
                     for every pass
+  mx128_cuda        kernels/grouped_gemm/cuda_mx.py launch_nt(block=128), fprop/dgrad only: the CUTLASS kernels'
+                    128x192 arithmetic in a CuTe mainloop of our own (not behind the backend switch yet)
   mx128_cutlass_s18  backend="cutlass" with session 18's defaults (128x128 tiles: cooperative for fprop/dgrad,
                     cooperative_lpt for wgrad)
   cutlass[<config>] (--cutlass-configs) backend="cutlass" under that kernel configuration (cluster shape,
@@ -67,7 +69,8 @@ OURS = {"mx128_triton": (128, 128, 128, "triton", None), "mx32_triton": (32, 128
         "mx128_cutlass": (128, 128, 128, "cutlass", None),
         "mx128_cutlass_coop": (128, 128, 128, "cutlass", "cooperative"),
         "mx128_cutlass_pp": (128, 128, 128, "cutlass", "pingpong"),
-        "mx128_cutlass_s18": (128, 128, 128, "cutlass", "fprop=cooperative;dgrad=cooperative;wgrad=cooperative_lpt")}
+        "mx128_cutlass_s18": (128, 128, 128, "cutlass", "fprop=cooperative;dgrad=cooperative;wgrad=cooperative_lpt"),
+        "mx128_cuda": (128, 128, 128, "cuda", None)}
 SCHED_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
 
 
@@ -274,8 +277,12 @@ def main():
                     continue
                 kw = dict(validate=False, backend=backend)
 
-                def mk0(p, q, wq=wq, wn_data=wn_data, wn_scale=wn_scale, block=block, wtile=wtile, xtile=xtile,
-                        kw=kw):
+                def mk0(p, q, wq=wq, wqt=wqt, wn_data=wn_data, wn_scale=wn_scale, block=block, wtile=wtile,
+                        xtile=xtile, kw=kw):
+                    if backend == "cuda":  # the kernel itself (fprop, and dgrad on the K-major W^T copy)
+                        from kernels.grouped_gemm.cuda_mx import launch_nt
+                        a, b = (q[0], wq) if p == "fprop" else (q[1], wqt)
+                        return lambda: launch_nt(*a, *b, offs, torch.bfloat16, block=block)
                     if p == "fprop":
                         return lambda: mxfp8_grouped_mm_fprop(*q[0], *wq, offs, block=block, w_tile=wtile, **kw)
                     if p == "dgrad":
@@ -284,6 +291,8 @@ def main():
                     return lambda: mxfp8_grouped_mm_wgrad(*q[2], *q[3], offs, block=block, a_tile=xtile,
                                                           token_align=128, **kw)
                 for p in PASSES:
+                    if backend == "cuda" and p == "wgrad":
+                        continue
                     fns = [with_schedule(mk0(p, q), sched) for q in qs]
                     try:
                         out = fns[0]()

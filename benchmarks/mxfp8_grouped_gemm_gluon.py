@@ -104,7 +104,7 @@ def main():
     ap.add_argument("--routings", default="even")
     ap.add_argument("--configs", default=",".join(CONFIGS))
     ap.add_argument("--skip-triton", action="store_true", help="leave out the Triton mx32 kernels")
-    ap.add_argument("--cuda", default="", help="also the CUDA C++ mx32 kernel (kernels/grouped_gemm/cuda_mx32.py; "
+    ap.add_argument("--cuda", default="", help="also the CUDA C++ mx32 kernel (kernels/grouped_gemm/cuda_mx.py; "
                     "fprop and dgrad): ';'-separated compile-time variants, 'default' = the file's settings, e.g. "
                     "'default;BLOCK_STAGES=4;STAGES=4,GROUP_M=4'")
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms) of the --op section")
@@ -177,7 +177,7 @@ def main():
                     "wgrad": lambda s, cfg=wcfg: launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0], s[2][3][1], offs,
                                                               torch.float32, cfg)}
             for cv in filter(None, args.cuda.split(";")):
-                from kernels.grouped_gemm.cuda_mx32 import launch_nt as cuda_nt
+                from kernels.grouped_gemm.cuda_mx import launch_nt as cuda_nt
                 gm = 8
                 opts = [o for o in ("" if cv == "default" else cv).split(",") if o]
                 if any(o.startswith("GROUP_M=") for o in opts):

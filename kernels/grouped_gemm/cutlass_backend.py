@@ -35,11 +35,11 @@ import torch
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90")
 _KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3, "cooperative_lpt": 4,
-              "cooperative_n192_2x1": 5, "cooperative_lpt_n192_2x1": 6, "cooperative_lpt_n192_2x1_epi16": 7}
+              "cooperative_n192_2x1": 5, "cooperative_lpt_n192_2x1": 6}
 _KERNEL_TU = {"cooperative": "coop", "pingpong": "pp", "cooperative_2x1": "coop2x1", "cooperative_1x1": "coop1x1",
               "cooperative_lpt": "cooplpt", "cooperative_n192_2x1": "coopn192x2",
-              "cooperative_lpt_n192_2x1": "cooplptn192x2", "cooperative_lpt_n192_2x1_epi16": "cooplptn192x2e16"}
-_N192_IDS = (5, 6, 7)  # kernels whose output tiles are 192 columns wide (the raster rule counts their tiles)
+              "cooperative_lpt_n192_2x1": "cooplptn192x2"}
+_N192_IDS = (5, 6)  # kernels whose output tiles are 192 columns wide (the raster rule counts their tiles)
 SOURCES = ("bindings.cpp", "wt_tile_quant.cu") + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in _KERNEL_TU.values()
                                     for dt in ("bf16", "f32"))
 HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h", "lpt_group_scheduler.h", "wt_tile_quant.h")
@@ -55,9 +55,8 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 #     long tiles on a few CTAs; "cooperative_n192_2x1" = cooperative with 128x192x128 tiles and a 2x1 cluster
 #     (weight tiles multicast to two row tiles; the tile and cluster DeepGEMM's sm_90 kernel picks at these
 #     shapes), same bits as the 128x128 kernels; "cooperative_lpt_n192_2x1" = those tiles and cluster with the
-#     dynamic scheduler of "cooperative_lpt"; "cooperative_lpt_n192_2x1_epi16" = that kernel with 128x16
-#     epilogue sub-tiles, which leave room for a fifth mainloop stage where the output is fp32 (wgrad; 4 stages
-#     otherwise; the bf16-output kernels have 5 either way): not measured yet;
+#     dynamic scheduler of "cooperative_lpt" (its fp32-output build stores through 128x16 epilogue sub-tiles,
+#     which leave room for a fifth mainloop stage: wgrad +0.6-3.9%, session 22; grouped_problem.h);
 #   along_m / along_n: the order in which the persistent scheduler walks a group's output tiles. Left out: along
 #     the dimension with FEWER tiles per group (along N when a group's output has more 128-row tiles than
 #     128-column tiles), so each wave of CTAs re-reads the smaller operand (the one the long side walks)
@@ -195,7 +194,7 @@ def nvcc_path() -> str:
 
 def build_extension(name: str, src_dir: str, sources, headers, what: str, defines=(), tag: str = ""):
     """Build (or load from the cache) a torch C++/CUDA extension for sm_90a with the CUTLASS/CuTe headers: the
-    CUTLASS backend here and cuda_mx32.py. Cached in $TITAN_FP8_CUTLASS_BUILD_DIR (default ~/.cache/titan_fp8/),
+    CUTLASS backend here and cuda_mx.py. Cached in $TITAN_FP8_CUTLASS_BUILD_DIR (default ~/.cache/titan_fp8/),
     keyed by a hash of the sources, headers, include path and defines. CutlassUnavailable (one line) when the
     headers, nvcc or a device are missing, or the build fails; `what` names the extension in those messages."""
     include = cutlass_include_dir()

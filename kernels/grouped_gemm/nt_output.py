@@ -1,4 +1,4 @@
-"""The output of a grouped out[g] = A[g] @ B[e]^T launcher (gluon_mx, cuda_mx32), with the shapes no kernel runs."""
+"""The output of a grouped out[g] = A[g] @ B[e]^T launcher (gluon_mx, cuda_mx), with the shapes no kernel runs."""
 import torch
 
 

@@ -182,8 +182,6 @@ def test_config_string_packs_kernel_raster_and_swizzle():
     assert cb.config_id("cooperative_n192_2x1") == 5
     assert cb.config_id("cooperative_n192_2x1", m_tiles=40, n_tiles=48) == 5 | 16
     assert cb.config_id("cooperative_lpt_n192_2x1", m_tiles=40, n_tiles=48) == 6 | 16
-    assert cb.config_id("cooperative_lpt_n192_2x1_epi16", m_tiles=40, n_tiles=48) == 7 | 16
-    assert cb.config_id("cooperative_lpt_n192_2x1_epi16", m_tiles=30, n_tiles=48) == 7
     assert cb.config_id("cooperative_lpt_n192_2x1:along_m:swizzle=2", m_tiles=40, n_tiles=48) == 6 | (1 << 8)
     assert cb.config_id("cooperative", m_tiles=40, n_tiles=48) == 0
     assert cb.config_id("cooperative:along_m", m_tiles=64, n_tiles=16) == 0

@@ -37,11 +37,11 @@ def special_scales(scale, rows, first_block):
         scale[r, first_block:first_block + 4] = torch.tensor(p, dtype=scale.dtype, device=scale.device)
 
 
-def nt_operands(K, N, pad=77):
+def nt_operands(K, N, pad=77, block=32):
     """fprop operands over SIZES + `pad` NaN padding rows, with a NaN block in real row 40, a huge block in row 41
     and a subnormal-range block in row 42; W^T quantized as the autograd op does for dgrad (contiguous [E, K, N],
-    128x128). Returns a dict: x, w, ad, as_, wd, ws, wtd, wts, offs, M, pad, keep (rows compared with the
-    reference: real rows except the NaN row 40)."""
+    128x128). block: A's scale block (32, or 128 for mx128). Returns a dict: x, w, ad, as_, wd, ws, wtd, wts, offs,
+    M, pad, keep (rows compared with the reference: real rows except the NaN row 40)."""
     torch.manual_seed(0)
     offs = group_offs(SIZES)
     M = sum(SIZES) + pad
@@ -51,9 +51,9 @@ def nt_operands(K, N, pad=77):
     x[41, :32] *= 1e4            # a huge block next to normal ones
     x[42, 32:64] = 1e-30         # subnormal-range block
     w = torch.randn(len(SIZES), N, K, device="cuda") * 0.02
-    ad, as_ = quant(x, (32, 1))
-    wd, ws = quant(w, (32, 128))
-    wtd, wts = quant(w.transpose(1, 2).contiguous(), (32, 128))
+    ad, as_ = quant(x, (block, 1))
+    wd, ws = quant(w, (block, 128))
+    wtd, wts = quant(w.transpose(1, 2).contiguous(), (block, 128))
     keep = torch.ones(M, dtype=torch.bool, device="cuda")
     keep[40] = False
     keep[-pad:] = False
@@ -68,17 +68,18 @@ def check_fprop_output(out, o, ref, tol):
     assert rel(out[o["keep"]], ref[o["keep"]]) < tol
 
 
-def dgrad_operands(M, N, pad):
+def dgrad_operands(M, N, pad, block=32):
     do = torch.randn(M, N, device="cuda")
     do[-pad:] = float("inf")
-    return quant(do, (32, 1))
+    return quant(do, (block, 1))
 
 
-def special_scale_operands(K, N=256):
+def special_scale_operands(K, N=256, block=32):
     """fprop operands at awkward group sizes with E8M0 0/1/254/255 in every byte position of activation scale
     words (rows 40-59, 200-209, 500-504) and weight-tile scales 0 (expert 3, columns 0-127: subnormal factors),
     254 (expert 3, columns 128-255: overflow to inf in some rows) and 255 (expert 6, columns 0-127: NaN).
-    Returns (ad, as_, wd, ws, offs)."""
+    block=128 (mx128: a scale per 128 of K): each word's 4 bytes become their largest (0, 254, 255 and ordinary
+    values), and the weight's special scales cover whole 128-blocks. Returns (ad, as_, wd, ws, offs)."""
     torch.manual_seed(5)
     sizes = [0, 33, 129, 300, 1, 31, 200, 127]
     offs = group_offs(sizes)
@@ -86,13 +87,19 @@ def special_scale_operands(K, N=256):
     x = torch.randn(M, K, device="cuda")
     w = torch.randn(len(sizes), N, K, device="cuda") * 0.02
     ad, as_ = quant(x, (32, 1))
-    wd, ws = quant(w, (32, 128))
+    wd, ws = quant(w, (block, 128))
     special_scales(as_, list(range(40, 60)), 0)
     special_scales(as_, list(range(200, 210)), 8)
     special_scales(as_, list(range(500, 505)), 12)
-    ws[3, 0:128, 5] = 0
-    ws[3, 128:256, 6] = 254
-    ws[6, 0:128, 2] = 255
+    if block == 32:
+        ws[3, 0:128, 5] = 0
+        ws[3, 128:256, 6] = 254
+        ws[6, 0:128, 2] = 255
+        return ad, as_, wd, ws, offs
+    as_ = as_.view(M, -1, 4).amax(-1, keepdim=True).expand(-1, -1, 4).reshape(M, -1).contiguous()
+    ws[3, 0:128, 4:8] = 0
+    ws[3, 128:256, 8:12] = 254
+    ws[6, 0:128, 0:4] = 255
     return ad, as_, wd, ws, offs
 
 

@@ -38,7 +38,7 @@ def compare_with_nan(out, ref, tol):
 @pytest.fixture(params=["cooperative", "pingpong", "cooperative_2x1:along_n", "cooperative_1x1:swizzle=4",
                         "cooperative_lpt", "cooperative_n192_2x1", "cooperative_n192_2x1:along_m",
                         "cooperative_lpt_n192_2x1", "cooperative_lpt_n192_2x1:along_n",
-                        "cooperative_lpt_n192_2x1:along_m", "cooperative_lpt_n192_2x1_epi16"])
+                        "cooperative_lpt_n192_2x1:along_m"])
 def schedule(request, monkeypatch):
     """Every CUTLASS kernel, and the scheduler options (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", request.param)
@@ -352,8 +352,7 @@ def test_n192_kernel_equals_128_wide_bit_for_bit(ext, monkeypatch):
             ("cooperative_n192_2x1:along_m", "cooperative_lpt_n192_2x1:along_m"),
             ("cooperative_n192_2x1:along_n", "cooperative_lpt_n192_2x1:along_n"),
             ("cooperative_lpt_n192_2x1", "cooperative_lpt_n192_2x1"),
-            ("cooperative_lpt_n192_2x1:along_m", "cooperative_lpt"),
-            ("cooperative_lpt_n192_2x1_epi16", "cooperative_lpt_n192_2x1_epi16"))
+            ("cooperative_lpt_n192_2x1:along_m", "cooperative_lpt"))
     for wide, pair in runs:
         monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"fprop={wide};dgrad={wide};wgrad={pair}")
         poison_allocator(M * N * 2)

@@ -55,8 +55,7 @@ constexpr ScratchFn kScratch[titan_mx::kNumSchedules][2] = {
     {titan_mx::scratch_bytes_bf16_coop1x1, titan_mx::scratch_bytes_f32_coop1x1},
     {titan_mx::scratch_bytes_bf16_cooplpt, titan_mx::scratch_bytes_f32_cooplpt},
     {titan_mx::scratch_bytes_bf16_coopn192x2, titan_mx::scratch_bytes_f32_coopn192x2},
-    {titan_mx::scratch_bytes_bf16_cooplptn192x2, titan_mx::scratch_bytes_f32_cooplptn192x2},
-    {titan_mx::scratch_bytes_bf16_cooplptn192x2e16, titan_mx::scratch_bytes_f32_cooplptn192x2e16}};
+    {titan_mx::scratch_bytes_bf16_cooplptn192x2, titan_mx::scratch_bytes_f32_cooplptn192x2}};
 constexpr RunFn kRun[titan_mx::kNumSchedules][2] = {
     {titan_mx::run_bf16_coop, titan_mx::run_f32_coop},
     {titan_mx::run_bf16_pp, titan_mx::run_f32_pp},
@@ -64,8 +63,7 @@ constexpr RunFn kRun[titan_mx::kNumSchedules][2] = {
     {titan_mx::run_bf16_coop1x1, titan_mx::run_f32_coop1x1},
     {titan_mx::run_bf16_cooplpt, titan_mx::run_f32_cooplpt},
     {titan_mx::run_bf16_coopn192x2, titan_mx::run_f32_coopn192x2},
-    {titan_mx::run_bf16_cooplptn192x2, titan_mx::run_f32_cooplptn192x2},
-    {titan_mx::run_bf16_cooplptn192x2e16, titan_mx::run_f32_cooplptn192x2e16}};
+    {titan_mx::run_bf16_cooplptn192x2, titan_mx::run_f32_cooplptn192x2}};
 // each row sits at its Schedule's index
 static_assert(kRun[titan_mx::kCooperative][0] == titan_mx::run_bf16_coop && kRun[titan_mx::kPingpong][0] ==
               titan_mx::run_bf16_pp && kRun[titan_mx::kCoop2x1][0] == titan_mx::run_bf16_coop2x1 &&
@@ -73,8 +71,7 @@ static_assert(kRun[titan_mx::kCooperative][0] == titan_mx::run_bf16_coop && kRun
               titan_mx::run_f32_cooplpt && kRun[titan_mx::kCoopN192x2][1] == titan_mx::run_f32_coopn192x2 &&
               kScratch[titan_mx::kCoopN192x2][0] == titan_mx::scratch_bytes_bf16_coopn192x2 &&
               kRun[titan_mx::kCoopLptN192x2][1] == titan_mx::run_f32_cooplptn192x2 &&
-              kScratch[titan_mx::kCoopLptN192x2][0] == titan_mx::scratch_bytes_bf16_cooplptn192x2 &&
-              kRun[titan_mx::kCoopLptN192x2E16][1] == titan_mx::run_f32_cooplptn192x2e16,
+              kScratch[titan_mx::kCoopLptN192x2][0] == titan_mx::scratch_bytes_bf16_cooplptn192x2,
               "kScratch / kRun rows out of Schedule order");
 
 // config (kernels/grouped_gemm/cutlass_backend.py packs it): bits 0-3 the Schedule, bit 4 raster along N,

@@ -306,8 +306,9 @@ struct BlockwiseGrouped {
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cute::conditional_t<Sched == kCoopLptN192x2E16, cute::Shape<cute::_128, cute::_16>,
-                          cutlass::epilogue::collective::EpilogueTileAuto>,
+      // (kCoopLptN192x2 with fp32 output: 128x16 sub-tiles, room for a fifth mainloop stage; grouped_problem.h)
+      cute::conditional_t<Sched == kCoopLptN192x2 && cute::is_same_v<ElementD, float>,
+                          cute::Shape<cute::_128, cute::_16>, cutlass::epilogue::collective::EpilogueTileAuto>,
       float, float,
       void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
       EpiSchedule,

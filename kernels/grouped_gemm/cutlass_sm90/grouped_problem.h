@@ -55,22 +55,22 @@ struct GroupedProblem {
 //                 the 128x128 kernel; its cooperative_lpt twin for wgrad, 0.91-1.07x
 //   kCoopLptN192x2 kCoopN192x2's tiles and 2x1 cluster with kCoopLpt's dynamic scheduler, for wgrad (the
 //                 scheduler needs the two CTAs of a cluster on consecutive linear tile indices, which CUTLASS's grid
-//                 gives for a 2x1 cluster under both raster orders, as for 1x2)
-//   kCoopLptN192x2E16 kCoopLptN192x2 with a 128x16 epilogue sub-tile instead of CUTLASS's automatic 128x32: the
-//                 fp32-output kernel's epilogue buffer halves (34 -> 17 KB), which makes room for a fifth mainloop
-//                 stage (4 -> 5; 226 KB of shared memory, as the bf16-output kernels already have). Not measured
-//                 yet (session 21 built it for the next device session)
+//                 gives for a 2x1 cluster under both raster orders, as for 1x2). Its fp32-output build stores
+//                 through 128x16 epilogue sub-tiles instead of CUTLASS's automatic 128x32: the epilogue buffer
+//                 halves (34 -> 17 KB), which makes room for a fifth mainloop stage (4 -> 5; 226 KB, as the
+//                 bf16-output kernels have with 128x32). Same bits; wgrad +0.6 to +3.9% in all six cells of issue
+//                 10's benchmark (H100, session 22). The bf16-output kernels keep 128x32: with 128x16 they ran
+//                 3-9% slower (fprop/dgrad, same run)
 // Larger tiles do not fit: the blockwise mainloop keeps two fp32 accumulators (the running sum and the partial of
 // the current 128 of the reduction), so a 64x256 or 128x128 tile per warpgroup needs 256 registers a thread
 // (64x192: 192).
 enum Schedule : int {
-  kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4, kCoopN192x2 = 5, kCoopLptN192x2 = 6,
-  kCoopLptN192x2E16 = 7
+  kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4, kCoopN192x2 = 5, kCoopLptN192x2 = 6
 };
-constexpr int kNumSchedules = 8;
+constexpr int kNumSchedules = 7;
 // the kernels whose output tiles are 192 columns wide, and those on lpt_group_scheduler.h's dynamic scheduler
-constexpr bool is_n192(int s) { return s == kCoopN192x2 || s == kCoopLptN192x2 || s == kCoopLptN192x2E16; }
-constexpr bool is_lpt(int s) { return s == kCoopLpt || s == kCoopLptN192x2 || s == kCoopLptN192x2E16; }
+constexpr bool is_n192(int s) { return s == kCoopN192x2 || s == kCoopLptN192x2; }
+constexpr bool is_lpt(int s) { return s == kCoopLpt || s == kCoopLptN192x2; }
 
 #define TITAN_MX_DECLARE(DT, SCHED)                                                                   \
   size_t scratch_bytes_##DT##_##SCHED(const GroupedProblem& p, int sm_count);                         \
@@ -83,7 +83,6 @@ TITAN_MX_DECLARE(bf16, coop1x1) TITAN_MX_DECLARE(f32, coop1x1)
 TITAN_MX_DECLARE(bf16, cooplpt) TITAN_MX_DECLARE(f32, cooplpt)
 TITAN_MX_DECLARE(bf16, coopn192x2) TITAN_MX_DECLARE(f32, coopn192x2)
 TITAN_MX_DECLARE(bf16, cooplptn192x2) TITAN_MX_DECLARE(f32, cooplptn192x2)
-TITAN_MX_DECLARE(bf16, cooplptn192x2e16) TITAN_MX_DECLARE(f32, cooplptn192x2e16)
 #undef TITAN_MX_DECLARE
 
 }  // namespace titan_mx

@@ -24,7 +24,8 @@
 // m-tiles numbered group after group (a group's last tile may be partial), grouped in runs of group_m m-tiles.
 // Scales: one 32-bit word per row and stage (4 E8M0 bytes), loaded two stages ahead, decoded per stage with a
 // SWAR pass and one byte permute per step (2^(b-127) exactly; 0 -> 2^-127, 255 -> NaN).
-#include "mx32_grouped.h"
+#include "grouped_nt.h"
+#include "mx_common.cuh"
 
 #include <cute/tensor.hpp>
 #include <cute/atom/mma_atom.hpp>
@@ -35,7 +36,7 @@
 #include <cutlass/numeric_types.h>
 #include <cutlass/pipeline/sm90_pipeline.hpp>
 
-namespace titan_mx32 {
+namespace titan_mx {
 namespace {
 using namespace cute;
 
@@ -83,24 +84,10 @@ struct SharedStorage {
 };
 
 template <typename OutT>
-struct Params {
+struct Params : NtFields {
   Tma tma_a, tma_b;
   TmaC<OutT> tma_c;
-  const uint8_t* sa;
-  const uint8_t* sb;
-  void* out;
-  const int* offs;
-  int M, C, R, E, num_m, num_tiles, group_m;
-  int64_t sa_m, sb_e, sb_n, sb_k, out_m;
-};
-
-struct Tile {
-  int expert;   // -1: past the last group
-  int row0;     // first A row the mainloop reads
-  int base;     // output row of tile row 0
-  int lo, hi;   // output rows written: [lo, hi) within [base, base + BM)
-  int n0;       // first output column
-  int nk;       // reduction steps of 32 (0: zeros)
+  int num_m, num_tiles;
 };
 
 template <class P>
@@ -110,56 +97,7 @@ __device__ __forceinline__ Tile tile_of(int pid, P const& p, const int* tile_sta
   int first_m = (pid / width) * p.group_m;
   int gsz = min(p.num_m - first_m, p.group_m);
   int mt = first_m + (pid % width) % gsz;
-  Tile t;
-  t.n0 = ((pid % width) / gsz) * BN;
-  int E = p.E;
-  if (mt < tile_start[E]) {  // the group owning m-tile mt: the last e with tile_start[e] <= mt (binary search)
-    int lo = 0, hi = E - 1;
-    while (lo < hi) {
-      int mid = (lo + hi + 1) >> 1;
-      if (tile_start[mid] <= mt) lo = mid; else hi = mid - 1;
-    }
-    t.expert = lo;
-    t.row0 = row_start[lo] + (mt - tile_start[lo]) * BM;
-    t.base = t.row0;
-    t.lo = t.row0;
-    t.hi = row_start[lo + 1];
-    t.nk = p.R / 32;
-  } else {  // padding rows [offs[-1], M): zeros
-    t.expert = -1;
-    t.row0 = 0;
-    t.base = row_start[E] + (mt - tile_start[E]) * BM;
-    t.lo = row_start[E];
-    t.hi = p.M;
-    t.nk = 0;
-  }
-  return t;
-}
-
-// E8M0 word (4 bytes = 4 steps) -> (hi, lo): step i's fp32 bits are the byte permute [hi_i, lo_i, 0, 0]
-__device__ __forceinline__ void e8m0_prep(uint32_t u, uint32_t& hi, uint32_t& lo) {
-  uint32_t s1 = u >> 1;
-  hi = s1 & 0x7F7F7F7Fu;
-  uint32_t y = (u ^ s1) & 0x7F7F7F7Fu;
-  uint32_t sp = ~(y + 0x7F7F7F7Fu) & 0x80808080u;  // top bit of byte i <=> b_i in {0, 255}
-  lo = ((u & 0x01010101u) << 7) | (sp >> 1);
-}
-
-template <int I>
-__device__ __forceinline__ float e8m0_pick(uint32_t hi, uint32_t lo) {
-  // bytes [hi_I, lo_I, 0, 0]: selector nibble 8 = byte 0 of hi with its (clear) sign bit replicated. Inline PTX
-  // because __byte_perm ignores bit 3 of a nibble (it would copy hi's byte 0: factors off by up to 2^-8, found
-  // by the GPU test against the Gluon kernel)
-  uint32_t bits;  // volatile: stays after the wgmma issue it is written after
-  asm volatile("prmt.b32 %0, %1, %2, %3;" : "=r"(bits) : "r"(hi), "r"(lo), "n"((I << 12) | ((4 + I) << 8) | 0x88));
-  return __uint_as_float(bits);
-}
-
-// volatile: issued where written (a stage ahead of its use), not sunk by the compiler next to the decode
-__device__ __forceinline__ uint32_t word_at(const uint8_t* p) {
-  uint32_t w;
-  asm volatile("ld.global.nc.b32 %0, [%1];" : "=r"(w) : "l"(p));
-  return w;
+  return tile_at(mt, ((pid % width) / gsz) * BN, p.R / 32, BM, p.E, p.M, tile_start, row_start);
 }
 
 // the 4 scale bytes of a stage for the weight tile: one aligned word when the steps are contiguous (fprop), else
@@ -171,9 +109,6 @@ __device__ __forceinline__ uint32_t weight_word(const uint8_t* p, int step) {
   return uint32_t(__ldg(p)) | (uint32_t(__ldg(p + step)) << 8) | (uint32_t(__ldg(p + 2 * step)) << 16) |
          (uint32_t(__ldg(p + 3 * step)) << 24);
 }
-
-// An empty volatile asm on v: code using v afterwards stays after the volatile asms written before it (wgmma issue).
-__device__ __forceinline__ void pin_after_issue(uint32_t& v) { asm volatile("" : "+r"(v)); }
 
 // step j (unrolled: constant) of the word prepared by e8m0_prep
 __device__ __forceinline__ float pick(uint32_t hi, uint32_t lo, int j) {
@@ -204,18 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1) nt_kernel(const __grid_constant__
   SharedStorage<OutT>& smem = *reinterpret_cast<SharedStorage<OutT>*>(smem_raw);
   int warp_group = threadIdx.x / 128;
 
-  if (threadIdx.x == 0) {  // group starts (offs clamped so that bad offs give wrong groups, never stray rows)
-    int start = 0, tiles = 0;
-    for (int e = 0; e < p.E; ++e) {
-      smem.row_start[e] = start;
-      smem.tile_start[e] = tiles;
-      int end = min(max(p.offs[e], start), p.M);
-      tiles += (end - start + BM - 1) / BM;
-      start = end;
-    }
-    smem.row_start[p.E] = start;
-    smem.tile_start[p.E] = tiles;
-  }
+  if (threadIdx.x == 0) build_group_tables(p.offs, p.E, p.M, BM, 1, smem.tile_start, smem.row_start);
 
   typename Pipeline::Params pp;
   pp.transaction_bytes = (BM + BN) * BK * sizeof(Elem);
@@ -352,7 +276,9 @@ __global__ void __launch_bounds__(kThreads, 1) nt_kernel(const __grid_constant__
     }
     // epilogue. This warpgroup's 64 rows go out by TMA when they all belong to the tile's group (TMA clips rows
     // past M and columns past C); a half that a group boundary cuts is stored thread by thread with masks.
-    const int wg = ct / 128;
+    // (wg through an empty asm: else the compiler hoists the staging addresses out of the tile loop and spills them)
+    int wg = ct / 128;
+    asm volatile("" : "+r"(wg));
     const int half0 = t.base + 64 * wg;
     const bool bulk = half0 >= t.lo && (half0 + 64 <= t.hi || t.hi == p.M);
     const bool leader = ct % 128 == 0;
@@ -372,29 +298,9 @@ __global__ void __launch_bounds__(kThreads, 1) nt_kernel(const __grid_constant__
       }
       cutlass::arch::fence_view_async_shared();  // the generic-proxy writes, visible to the TMA unit
       cutlass::arch::NamedBarrier::sync(128, wg);
-      if (leader) {
-        Tensor mC = p.tma_c.get_tma_tensor(make_shape(p.M, p.C));
-        Tensor gC = local_tile(domain_offset(make_coord(half0, t.n0), mC), Shape<_64, Int<BN>>{}, make_coord(0, 0));
-        auto [tCgC_t, tCsC_t] = tma_partition(p.tma_c, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sC),
-                                              group_modes<0, 2>(gC));
-        copy(p.tma_c, tCsC_t, tCgC_t);
-        tma_store_arrive();
-      }
+      if (leader) tma_store_tile<64, BN>(p.tma_c, sC, p.M, p.C, half0, t.n0);
     } else {
-      OutT* out = reinterpret_cast<OutT*>(p.out);
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc); i += 2) {
-        int row = t.base + get<0>(tCcC(i));
-        int col = t.n0 + get<1>(tCcC(i));
-        if (row >= t.lo && row < t.hi && col < p.C) {
-          OutT* dst = out + int64_t(row) * p.out_m + col;
-          if constexpr (std::is_same_v<OutT, float>) {
-            *reinterpret_cast<float2*>(dst) = make_float2(acc(i), acc(i + 1));
-          } else {
-            *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(acc(i), acc(i + 1));
-          }
-        }
-      }
+      store_rows<OutT>(acc, tCcC, t, t.n0, p.out, p.out_m, p.C);
     }
   }
   if (ct % 128 == 0) tma_store_wait<0>();  // the last store has finished reading shared memory before exit
@@ -430,36 +336,23 @@ TmaC<OutT> make_tma_out(void* ptr, int64_t rows, int64_t cols, int64_t row_strid
 template <typename OutT>
 const char* launch(NtArgs const& a, cudaStream_t stream) {
   Params<OutT> p;
+  static_cast<NtFields&>(p) = nt_fields(a);
   p.tma_a = make_tma(a.a, a.M, a.R, a.a_m);
   p.tma_c = make_tma_out<OutT>(a.out, a.M, a.C, a.out_m);
   p.tma_b = make_tma(a.b, a.E * a.C, a.R, a.R);
-  p.sa = a.sa;
-  p.sb = a.sb;
-  p.out = a.out;
-  p.offs = a.offs;
-  p.M = int(a.M);
-  p.C = int(a.C);
-  p.R = int(a.R);
-  p.E = int(a.E);
   p.num_m = int((a.M + BM - 1) / BM + a.E + 1);  // each group adds at most one partial tile; then the padding rows
   p.num_tiles = p.num_m * int((a.C + BN - 1) / BN);
-  p.group_m = a.group_m;
-  p.sa_m = a.sa_m;
-  p.sb_e = a.sb_e;
-  p.sb_n = a.sb_n;
-  p.sb_k = a.sb_k;
-  p.out_m = a.out_m;
   int grid = p.num_tiles < a.sms ? p.num_tiles : a.sms;
   return a.sb_k == 1 ? launch_typed<OutT, true>(p, grid, stream) : launch_typed<OutT, false>(p, grid, stream);
 }
 
 }  // namespace
 
-const char* nt_launch(NtArgs const& a, cudaStream_t stream) {
+const char* mx32_nt_launch(NtArgs const& a, cudaStream_t stream) {
   if (a.R % BK || a.R <= 0 || a.C % 8 || a.E > kMaxGroups || a.E < 1) return "unsupported shape";
   if (a.out_m % (16 / (a.out_f32 ? 4 : 2)) || reinterpret_cast<uintptr_t>(a.out) % 16)
     return "output rows not 16-byte aligned";
   return a.out_f32 ? launch<float>(a, stream) : launch<cutlass::bfloat16_t>(a, stream);
 }
 
-}  // namespace titan_mx32
+}  // namespace titan_mx
