@@ -139,12 +139,6 @@ __device__ __forceinline__ uint32_t word_at(const uint8_t* p) {
   return w;
 }
 
-__device__ __forceinline__ uint32_t byte_at(const uint8_t* p) {
-  uint32_t b;
-  asm volatile("ld.global.nc.u8 %0, [%1];" : "=r"(b) : "l"(p));
-  return b;
-}
-
 // An empty volatile asm on v: code using v afterwards stays after the volatile asms written before it (wgmma issue).
 __device__ __forceinline__ void pin_after_issue(uint32_t& v) { asm volatile("" : "+r"(v)); }
 
