@@ -21,17 +21,7 @@ for v in "" "${VS[@]}"; do
 done
 wait
 echo "builds (${SECONDS}s): $(grep -c built "$OUT/build_cuda.log") cuda, cutlass: $(tail -1 "$OUT/build_cutlass.log")"
-timeout 60 python3 - > "$OUT/smoke.log" 2>&1 <<'PY'
-import torch
-from kernels.grouped_gemm.cuda_mx import launch_nt
-from kernels.grouped_gemm.quant import to_mxfp8_blocked
-offs = torch.tensor([100, 100, 400, 1000], device="cuda", dtype=torch.int32)
-a = to_mxfp8_blocked(torch.randn(1100, 512, device="cuda"), -1, 128, 1)
-b = to_mxfp8_blocked(torch.randn(4, 384, 512, device="cuda"), -1, 128, 128)
-launch_nt(*a, *b, offs, torch.bfloat16, block=128)
-torch.cuda.synchronize()
-print("smoke ok")
-PY
+timeout 60 python3 benchmarks/cuda_mx128_smoke.py > "$OUT/smoke.log" 2>&1
 grep -q "smoke ok" "$OUT/smoke.log" || { echo "SMOKE FAILED: stopping"; tail -5 "$OUT/smoke.log"; exit 1; }
 timeout 60 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_grouped_gemm_cuda_mx_gpu.py -k mx128 \
   > "$OUT/pytest.log" 2>&1

@@ -1,6 +1,7 @@
-"""Helpers shared by the GPU tests of the true-1x32 grouped GEMMs (Gluon and CUDA kernels): operands with special
-values, E8M0 special scales, an allocator poisoned with NaN, the norm-wise relative error. Imported by module name
-(pytest puts tests/gpu on sys.path); the file name does not start with test_, so nothing here is collected."""
+"""Helpers shared by the GPU tests of the Gluon and CUDA grouped GEMMs (true 1x32, and mx128 for the CUDA kernel):
+operands with special values, E8M0 special scales, an allocator poisoned with NaN, the norm-wise relative error.
+Imported by module name (pytest puts tests/gpu on sys.path); the file name does not start with test_, so nothing
+here is collected."""
 import torch
 
 TOL_BF16 = 3e-3
