@@ -32,9 +32,10 @@ from kernels.launch_table import cached_table, next_pow2, table_member
 from kernels.mxfp8.triton import (
     _INTERPRET,
     _as_kernel_input,
+    _amax_bits_raw,
     _encode,
     _exponent_from_amax_bits,
-    _load_f32,
+    _load_raw,
     _multiplier,
     _scale_byte,
     _widen,
@@ -75,14 +76,13 @@ def _blocked_rowcol_kernel(
     rmask = rows < M
     cmask = pid_k * BK + c < K
     offs = r[:, None] * K + c[None, :]
-    x = _load_f32(x_ptr + b * sxb + m0 * K + k0, offs, rmask[:, None] & cmask[None, :], IS_BF16)
-    xa = x.to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    x = _load_raw(x_ptr + b * sxb + m0 * K + k0, offs, rmask[:, None] & cmask[None, :], IS_BF16)
     if DO_ROW:
-        ar = tl.max(tl.reshape(xa, [BM, BK // RB, RB]), axis=2)  # [BM, BK/RB]
+        ar = _amax_bits_raw(tl.reshape(x, [BM, BK // RB, RB]), 2, IS_BF16)  # [BM, BK/RB]
         if RT > 1:  # RT == BM: one scale per (tile rows x RB)
             ar = tl.broadcast_to(tl.max(ar, axis=0)[None, :], [BM, BK // RB])
         er = _exponent_from_amax_bits(ar)
-        xr = tl.reshape(x, [BM, BK // RB, RB])
+        xr = _widen(tl.reshape(x, [BM, BK // RB, RB]), IS_BF16)
         cr = _encode(xr * _multiplier(ar, er, HW_CAST)[:, :, None], (ar >= 0x7F800000)[:, :, None], HW_CAST)
         tl.store(qr_ptr + b * sqrb + m0 * K + k0 + offs, tl.reshape(cr, [BM, BK]),
                  mask=rmask[:, None] & cmask[None, :])
@@ -99,13 +99,12 @@ def _blocked_rowcol_kernel(
     if DO_COL:
         if USE_LIMIT:
             keep = rows < tl.load(limit_ptr)
-            x = tl.where(keep[:, None], x, 0.0)
-            xa = tl.where(keep[:, None], xa, 0)
-        ac = tl.max(tl.reshape(xa, [BM // CB, CB, BK]), axis=1)  # [BM/CB, BK]
+            x = tl.where(keep[:, None], x, tl.zeros_like(x))
+        ac = _amax_bits_raw(tl.reshape(x, [BM // CB, CB, BK]), 1, IS_BF16)  # [BM/CB, BK]
         if CT > 1:  # CT == BK: one scale per (CB rows x tile columns)
             ac = tl.broadcast_to(tl.max(ac, axis=1)[:, None], [BM // CB, BK])
         ec = _exponent_from_amax_bits(ac)
-        xc = tl.reshape(x, [BM // CB, CB, BK])
+        xc = _widen(tl.reshape(x, [BM // CB, CB, BK]), IS_BF16)
         cc = _encode(xc * _multiplier(ac, ec, HW_CAST)[:, None, :], (ac >= 0x7F800000)[:, None, :], HW_CAST)
         cc = tl.reshape(cc, [BM, BK])
         tl.store(qc_ptr + b * sqcb + k0 * MC + m0 + c[None, :] * MC + r[:, None], cc,

@@ -118,6 +118,27 @@ def _amax_bits(x, axis: tl.constexpr):
 
 
 @triton.jit
+def _amax_bits_raw(x, axis: tl.constexpr, IS_BF16: tl.constexpr):
+    """_amax_bits of x in its storage type (as _load_raw returns it), without widening the whole tile to fp32
+    first. 16-bit floats, compiled: the integer max of the magnitude bits orders them as the float max does and
+    puts NaN above inf above every finite value, so the block's amax (and whether it is non-finite) comes out
+    exact; only the reduced amax is widened. (One if/else chain: Triton compiles the code after an early
+    return inside a constexpr if, and the 16-bit bitcast does not compile for fp32.)"""
+    WIDE: tl.constexpr = x.dtype.primitive_bitwidth == 32
+    if WIDE:  # fp32: nothing to save
+        res = _amax_bits(x, axis)
+    elif _AMAX_ON_INT_BITS:
+        res = _amax_bits(_widen(x, IS_BF16), axis)
+    else:
+        m = tl.max(x.to(tl.int16, bitcast=True) & 0x7FFF, axis=axis)
+        if IS_BF16 or x.dtype == tl.bfloat16:  # bf16 bits (or the interpreter's int16 bits of bf16): fp32's top half
+            res = m << 16
+        else:
+            res = m.to(tl.int16).to(x.dtype, bitcast=True).to(tl.float32).to(tl.int32, bitcast=True) & 0x7FFFFFFF
+    return res
+
+
+@triton.jit
 def _load_raw(ptr, offs, mask, IS_BF16: tl.constexpr, EVICT_FIRST: tl.constexpr = False):
     """Load x in its storage type (bf16 as int16 bits under the interpreter, see _widen). EVICT_FIRST: the
     input is read exactly once, so ask L2 to drop it first and keep room for the outputs being merged."""
