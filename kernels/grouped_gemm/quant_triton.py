@@ -76,6 +76,8 @@ def _blocked_rowcol_kernel(
     rmask = rows < M
     cmask = pid_k * BK + c < K
     offs = r[:, None] * K + c[None, :]
+    # the tile stays in its storage type and each encode widens its elements: as fp32 (with its int32 magnitude
+    # bits) a bf16 tile took 163 registers, one CTA per SM, and the mx128 copies ran at 1.5 TB/s (101, 1.9 TB/s now)
     x = _load_raw(x_ptr + b * sxb + m0 * K + k0, offs, rmask[:, None] & cmask[None, :], IS_BF16)
     if DO_ROW:
         ar = _amax_bits_raw(tl.reshape(x, [BM, BK // RB, RB]), 2, IS_BF16)  # [BM, BK/RB]
