@@ -78,6 +78,11 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     # MODE 6 = static ring (16-step blocks, static slots: fewer descriptor instructions) + the new decode, one copy;
     # persistent only where K % 512 == 0 (else the plain grid); wgrad: MODE 5 U=16 WS=1 (same code: static slots)
     "m6w1p": ((128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
+    # the defaults of session 23 (wgrad MODE 5, U = 16)
+    "s23": ((128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
+    # session 24, MODE 10 (now the wgrad default): A's E8M0 scales as fp32 factors (e8m0_table, made inside each
+    # launch and timed with it) that ride with each TMA stage into shared memory: no A words, no A decode in the loop
+    "m10": ((128, 128, 4, 8, 10, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 16, 4, 8, 1)),
     # the defaults of session 13 (MODE 4: fprop/dgrad two consumers on the persistent grid, wgrad two consumers)
     "s13": ((128, 128, 4, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 4, 8, 4, 4, 2)),
 }
@@ -108,12 +113,16 @@ def main():
                     "fprop and dgrad): ';'-separated compile-time variants, 'default' = the file's settings, e.g. "
                     "'default;BLOCK_STAGES=4;STAGES=4,GROUP_M=4'")
     ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms) of the --op section")
+    ap.add_argument("--passes", default="fprop,dgrad,wgrad", help="which GEMMs to time (comma list)")
     ap.add_argument("--rounds", type=int, default=50, help="round-robin rounds per pass (kernels)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
     ap.add_argument("--op", default="", help="shapes (comma list) at which to also time the whole autograd op "
                     "titan_fp8.float8.experts.mxfp8_grouped_mm(granularity='mx32') fwd+bwd, quantization included, "
                     "backend triton vs gluon, against bf16 torch._grouped_mm fwd+bwd (even routing)")
     args = ap.parse_args()
+    bad = set(args.passes.split(",")) - {"fprop", "dgrad", "wgrad"}
+    if bad:
+        ap.error(f"--passes: unknown {sorted(bad)}; choose from fprop, dgrad, wgrad")
     torch.manual_seed(0)
     M = E * TPE
     t0 = time.time()
@@ -196,7 +205,7 @@ def main():
                                                             offs, out_dtype=torch.float64),
                 "wgrad": lambda: grouped_mm_wgrad_reference(*q0[2], *q0[3], offs, out_dtype=torch.float64),
             }
-            for p in ("fprop", "dgrad", "wgrad"):
+            for p in args.passes.split(","):
                 first, timed, errs = None, {}, {}
                 for v, fns in calls.items():
                     if p not in fns:

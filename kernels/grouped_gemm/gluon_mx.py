@@ -28,9 +28,12 @@ stage (the stage's 4 E8M0 bytes), one stage ahead (wgrad: two aligned words funn
 any 32-token step); scales that cannot be read as aligned words run MODE 2 instead. The fprop/dgrad default runs
 on a persistent grid (one CTA per SM; the TMA warp loads the next tile while the consumers store this one).
 Measured variants and numbers: NOTES.md ("Gluon mx32"). MODE 5/6 = MODE 4/3 with the E8M0 decode split into
-one SWAR pass per stage word and one byte permute (PRMT) per step (_e8m0_prep/_e8m0_pick); MODE 5 is the default
-(fprop/dgrad with WS=2; wgrad with WS=1, 8 warps, U = 16: one consumer partition whose two warpgroups run one
-copy of the mainloop, which makes 16-step blocks fit the i-cache).
+one SWAR pass per stage word and one byte permute (PRMT) per step (_e8m0_prep/_e8m0_pick); MODE 5 is the
+fprop/dgrad default (WS=2). MODE 10 = MODE 5 with A's factors decoded once by the launcher (e8m0_table; wgrad:
+e8m0_group_table, every group's first full step on a 16-byte column) and loaded by TMA with each stage into shared
+memory, read as one 16-byte row per accumulator row (_stage_rows): no A words and no A decode in the mainloop
+(wgrad: 81-83 instead of 92 instructions per step). It is the wgrad default (WS=1, 8 warps, U = 16: one consumer
+partition whose two warpgroups run one copy of the mainloop, which makes 16-step blocks fit the i-cache).
 
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
@@ -38,6 +41,8 @@ triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad
 boundary cuts are loaded with masks into separate shared buffers and multiplied synchronously.
 """
 
+import triton
+import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -62,8 +67,15 @@ def _e8m0_to_f32(b):
 
 
 @gluon.jit
-def _issue_load(a_desc, b_desc, a_row, b_row, k, bar, a_buf, b_buf, pred):
-    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+def _issue_load(a_desc, b_desc, a_row, b_row, k, bar, a_buf, b_buf, pred, f_desc=None, f_buf=None, f_off=0):
+    """One stage: A's and B's [rows, 32 * SUBK] boxes at k; MODE 10 also A's fp32 factors [rows, SUBK] of those
+    steps (f_desc over e8m0_table's factors: column k / 32 + f_off, a multiple of 4)."""
+    if f_desc is None:
+        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    else:
+        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes + f_desc.block_type.nbytes,
+                        pred=pred)
+        tma.async_copy_global_to_shared(f_desc, [a_row, k // SK + f_off], bar, f_buf, pred=pred)
     tma.async_copy_global_to_shared(a_desc, [a_row, k], bar, a_buf, pred=pred)
     tma.async_copy_global_to_shared(b_desc, [b_row, k], bar, b_buf, pred=pred)
 
@@ -134,6 +146,46 @@ def e8m0_prep_reference(w):
     return out
 
 
+@gluon.constexpr_function
+def _factor_layout(rows, num_warps):
+    """[rows, 4] fp32 factors (MODE 10): thread t of warp w holds the 4 factors of rows 16w + t/4 and that + 8,
+    i.e. the rows of its wgmma accumulator registers (SliceLayout(1, the m64 wgmma layout)), with the 4 steps
+    in registers and lanes 4l .. 4l + 3 sharing them."""
+    warp_bases = [[16 << i, 0] for i in range(num_warps.bit_length() - 1)]
+    return gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [8, 0]],
+                                      lane_bases=[[0, 0], [0, 0], [1, 0], [2, 0], [4, 0]], warp_bases=warp_bases,
+                                      block_bases=[], shape=[rows, 4])
+
+
+@gluon.jit
+def _pick4(c0, c1, c2, c3, i: gl.constexpr):
+    c = c0
+    if i == 1:
+        c = c1
+    elif i == 2:
+        c = c2
+    elif i == 3:
+        c = c3
+    return c
+
+
+@gluon.jit
+def _stage_rows(f_bufs, slot, AROW: gl.constexpr, AROWS: gl.constexpr, NCOL: gl.constexpr):
+    """MODE 10: the 4 factors of this warpgroup's rows for the stage in ring slot `slot`, as 4 row vectors in the
+    accumulator's row layout (one 16-byte shared load per row; the splits and the layout change move nothing)."""
+    buf = f_bufs.index(slot)
+    if AROWS > 0:
+        buf = buf.slice(AROW, AROWS, dim=0)
+    R: gl.constexpr = buf.shape[0]
+    x = buf.load(_factor_layout(R, gl.num_warps()))
+    lo, hi = gl.split(x.reshape([R, 2, 2]))  # columns (0, 2) and (1, 3)
+    c0, c2 = gl.split(lo)
+    c1, c3 = gl.split(hi)
+    row: gl.constexpr = gl.SliceLayout(1, _mma_layout(R, NCOL, gl.num_warps()))
+    return (gl.convert_layout(c0, row, assert_trivial=True), gl.convert_layout(c1, row, assert_trivial=True),
+            gl.convert_layout(c2, row, assert_trivial=True), gl.convert_layout(c3, row, assert_trivial=True))
+
+
 @gluon.jit
 def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, SUBK: gl.constexpr,
               FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0, st0=0):
@@ -190,29 +242,33 @@ def _release(st, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, 
 
 @gluon.jit
 def _producer(a_desc, b_desc, a_row, b_row, k0, n_st, a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr,
-              SUBK: gl.constexpr):
+              SUBK: gl.constexpr, f_desc=None, f_bufs=None, f_off=0):
     """WS: the TMA warp. Fills stage st into slot st % STAGES once the consumers released its last use
     (mbarriers start as if phase 1 had completed, so the first round does not wait)."""
     for st in range(n_st):
         s = st % STAGES
         mbarrier.wait(empty.index(s), ((st // STAGES) & 1) ^ 1)
-        _issue_load(a_desc, b_desc, a_row, b_row, k0 + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
-                    b_bufs.index(s), True)
+        if f_desc is None:
+            _issue_load(a_desc, b_desc, a_row, b_row, k0 + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                        b_bufs.index(s), True)
+        else:
+            _issue_load(a_desc, b_desc, a_row, b_row, k0 + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                        b_bufs.index(s), True, f_desc, f_bufs.index(s), f_off)
 
 
 @gluon.jit
 def _consumer(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs,
               ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr,
-              FUNNEL: gl.constexpr):
+              FUNNEL: gl.constexpr, f_bufs=None):
     # the default partition's results travel as a tuple
     return (_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs,
-                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, 0, 0, FUNNEL), )
+                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, 0, 0, FUNNEL, 0, f_bufs), )
 
 
 @gluon.jit
 def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
                   BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                  SUBK: gl.constexpr, WS: gl.constexpr, FUNNEL: gl.constexpr = False):
+                  SUBK: gl.constexpr, WS: gl.constexpr, FUNNEL: gl.constexpr = False, f_desc=None, f_off=0):
     """Allocate the TMA ring and run the mainloop: in the kernel's own warps (each refills the ring behind
     itself, with the CTA barriers Gluon inserts around the TMA issue), or (WS) with a 1-warp TMA producer
     partition and the mainloop in the default partition, which only waits for full slots and releases them."""
@@ -223,7 +279,17 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-    if WS:
+    if f_desc is not None:  # MODE 10: A's factors ride with each stage
+        gl.static_assert(WS != 0, "MODE 10 needs the TMA producer partition")
+        f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
+        res = gl.warp_specialize([
+            (_consumer, (acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+                         a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, FUNNEL, f_bufs)),
+            (_producer, (a_desc, b_desc, a_row, b_row, k0, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty,
+                         STAGES, SUBK, f_desc, f_bufs, f_off)),
+        ], [1], [24])
+        acc = res[0]
+    elif WS:
         res = gl.warp_specialize([
             (_consumer, (acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
                          a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, FUNNEL)),
@@ -244,7 +310,7 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
               a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
               SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0,
-              FUNNEL: gl.constexpr = False, st0=0):
+              FUNNEL: gl.constexpr = False, st0=0, f_bufs=None):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
     calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
@@ -258,7 +324,8 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     ignored accumulator, MODE 2 the registers of the partial promoted just before. MODE 4 = MODE 2 with one int32
     of scales per row and stage (SUBK = 4, WS only); MODE 3 = MODE 4 with blocks of all STAGES stages unrolled
     (static slots; measured slower: instruction cache). MODE 5/6 = MODE 4/3 with the stage-wise E8M0 decode
-    (_e8m0_prep once per stage word, one _e8m0_pick = PRMT per step; bit-identical factors). st0: ring stages
+    (_e8m0_prep once per stage word, one _e8m0_pick = PRMT per step; bit-identical factors). MODE 10 = MODE 5 with
+    A's factors from f_bufs (fp32, filled by the producer's TMA with each stage; B keeps its words). st0: ring stages
     used before this call (persistent grid);
     FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
     gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
@@ -279,7 +346,10 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
         gl.static_assert(WS != 0, "MODE 3/4 need the TMA producer partition (WS)")
         STATIC: gl.constexpr = (MODE == 3) or (MODE == 6)
         # MODE 5 = MODE 4, MODE 6 = MODE 3, with the stage-wise E8M0 decode (_e8m0_prep / _e8m0_pick)
-        CHEAP: gl.constexpr = (MODE == 5) or (MODE == 6)
+        CHEAP: gl.constexpr = (MODE == 5) or (MODE == 6) or (MODE == 10)
+        # MODE 10 = MODE 5 with A's factors from shared memory (fp32, loaded by TMA with each stage: no A words,
+        # no A decode); B's word as in MODE 5
+        FSM: gl.constexpr = (MODE == 10) and (f_bufs is not None)  # (else: a path the launcher never runs)
         BLK: gl.constexpr = STAGES * SUBK if STATIC else U
         gl.static_assert(BLK % SUBK == 0, "blocks of whole stages")
         NS: gl.constexpr = BLK // SUBK
@@ -292,39 +362,45 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
         q0 = kb0 // 4
         sh = (kb0 % 4) * 8
         if FUNNEL:
-            wa_lo = _word(sa_ptrs, q0, n_stg > 0)
+            if not FSM:
+                wa_lo = _word(sa_ptrs, q0, n_stg > 0)
+                wa_hi = _word(sa_ptrs, q0 + 1, (n_stg > 0) & (sh != 0) | (n_stg > 1))
             wb_lo = _word(sbt_ptr, q0, n_stg > 0)
-            wa_hi = _word(sa_ptrs, q0 + 1, (n_stg > 0) & (sh != 0) | (n_stg > 1))
             wb_hi = _word(sbt_ptr, q0 + 1, (n_stg > 0) & (sh != 0) | (n_stg > 1))
         else:
-            wa_hi = _word(sa_ptrs, q0, n_stg > 0)
+            if not FSM:
+                wa_hi = _word(sa_ptrs, q0, n_stg > 0)
+                wa_lo = wa_hi
             wb_hi = _word(sbt_ptr, q0, n_stg > 0)
-            wa_lo = wa_hi
             wb_lo = wb_hi
         for b in range(n_blk):
             ph = (st0 // STAGES + b) & 1  # MODE 3; st0: stages this ring ran before (persistent grid)
             p_prev = acc  # (placeholders: set at step 0 before their first use)
             p_free = acc
-            f_prev = wa_hi.to(gl.float32)
+            f_prev = gl.full([acc.shape[0]], 0.0, gl.float32, layout=gl.SliceLayout(1, acc.type.layout))
             for s in gl.static_range(NS):
                 t = b * NS + s
                 if FUNNEL:
-                    wa = _funnel(wa_lo, wa_hi, sh)
+                    if not FSM:
+                        wa = _funnel(wa_lo, wa_hi, sh)
+                        wa_lo = wa_hi
                     wb = _funnel(wb_lo, wb_hi, sh)
-                    wa_lo = wa_hi
                     wb_lo = wb_hi
                     ok = ((t + 1 < n_stg) & (sh != 0)) | (t + 2 < n_stg)
-                    wa_hi = _word(sa_ptrs, q0 + t + 2, ok)
+                    if not FSM:
+                        wa_hi = _word(sa_ptrs, q0 + t + 2, ok)
                     wb_hi = _word(sbt_ptr, q0 + t + 2, ok)
                 else:
-                    wa = wa_hi
+                    if not FSM:
+                        wa = wa_hi
+                        wa_hi = _word(sa_ptrs, q0 + t + 1, t + 1 < n_stg)
                     wb = wb_hi
-                    wa_hi = _word(sa_ptrs, q0 + t + 1, t + 1 < n_stg)
                     wb_hi = _word(sbt_ptr, q0 + t + 1, t + 1 < n_stg)
                 if STATIC:
                     mbarrier.wait(ready.index(s), ph)
                 if CHEAP:  # MODE 5: the stage's decode pass (one PRMT per step below)
-                    ha, la = _e8m0_prep(wa)
+                    if not FSM:
+                        ha, la = _e8m0_prep(wa)
                     hb, lb = _e8m0_prep(wb)
                 for sub in gl.static_range(SUBK):
                     u = s * SUBK + sub
@@ -334,7 +410,12 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                     else:
                         p_new = _mma_step(b * BLK + u, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, u < 2, p_free,
                                           AROW, AROWS, st0)
-                    if CHEAP:
+                    if FSM:
+                        if sub == 0:  # the stage has landed (_mma_step waited): its rows' 4 factors
+                            fa0, fa1, fa2, fa3 = _stage_rows(f_bufs, (st0 + b * NS + s) % STAGES, AROW, AROWS,
+                                                             acc.shape[1])
+                        f_new = _pick4(fa0, fa1, fa2, fa3, sub) * _e8m0_pick(hb, lb, sub)
+                    elif CHEAP:
                         f_new = _e8m0_pick(ha, la, sub) * _e8m0_pick(hb, lb, sub)
                     else:
                         f_new = _byte_f32(wa, sub) * _byte_f32(wb, sub)
@@ -453,7 +534,7 @@ def _nt_tile(pid, offs_ptr, M, N, K, NUM_M_TILES, BM: gl.constexpr, BN: gl.const
 def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
                    stride_sbe, stride_sbn, stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
                    STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                   SUBK: gl.constexpr, WS: gl.constexpr = 2, NW: gl.constexpr = 4):
+                   SUBK: gl.constexpr, WS: gl.constexpr = 2, NW: gl.constexpr = 4, f_desc=None):
     """Persistent WS=2 grid (one CTA per SM, tiles pid, pid + grid, ...): the TMA warp runs ahead into the next
     tile while the consumers store the last one. The ring runs on across tiles; the launcher guarantees that
     for MODE 3 that every tile's steps fill whole blocks (K % (32 * SUBK * STAGES) == 0: static slots); MODE 4
@@ -468,7 +549,20 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=WS)
     n_tiles = NUM_M_TILES * gl.cdiv(N, BN)
-    if WS == 1:
+    if f_desc is not None:  # MODE 10 (WS=2): A's factors ride with each stage
+        gl.static_assert(WS == 2, "MODE 10 runs two 4-warp consumers")
+        f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
+        gl.warp_specialize([
+            (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+                                   M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, 4, f_bufs)),
+            (_nt_half_persistent, (1, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+                                   M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, 4, f_bufs)),
+            (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, f_desc, f_bufs)),
+        ], [4, 1], [240, 40])
+    elif WS == 1:
         gl.warp_specialize([
             (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
                                    M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
@@ -497,7 +591,7 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
                         offs_ptr, M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
                         stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                         GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                        SUBK: gl.constexpr, NW: gl.constexpr = 4):
+                        SUBK: gl.constexpr, NW: gl.constexpr = 4, f_bufs=None):
     """Consumer of the persistent grid: NW = 4: rows idx*BM/2 + [0, BM/2) of each tile (WS=2, one of two
     partitions); NW = 8: all BM rows, one 64-row half per warpgroup (WS=1, the same code for both)."""
     HB: gl.constexpr = BM // 2 if NW == 4 else BM
@@ -511,7 +605,7 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
         acc = gl.zeros([HB, BN], gl.float32, mma_layout)
         acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptr + rows * stride_sam,
                         stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True,
-                        idx * HB, AROWS, False, n_done)
+                        idx * HB, AROWS, False, n_done, f_bufs)
         n_done += gl.cdiv(nk, SUBK)
         _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, NW)
 
@@ -519,7 +613,7 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
 @gluon.jit
 def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES, n_tiles,
                          BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                         E: gl.constexpr, SUBK: gl.constexpr):
+                         E: gl.constexpr, SUBK: gl.constexpr, f_desc=None, f_bufs=None):
     g = 0  # stages issued so far (all tiles)
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
@@ -527,14 +621,18 @@ def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr,
         for st in range(gl.cdiv(nk, SUBK)):
             s = g % STAGES
             mbarrier.wait(empty.index(s), ((g // STAGES) & 1) ^ 1)
-            _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
-                        b_bufs.index(s), True)
+            if f_desc is None:
+                _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                            b_bufs.index(s), True)
+            else:
+                _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                            b_bufs.index(s), True, f_desc, f_bufs.index(s))
             g += 1
 
 
 @gluon.jit
 def _nt_grouped_kernel(
-    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, f_desc,
     M, N, K, NUM_M_TILES,
     stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
     BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
@@ -552,7 +650,7 @@ def _nt_grouped_kernel(
                          "the persistent grid runs two 4-warp consumers (WS=2) or one 8-warp consumer (WS=1)")
         _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
                        stride_sbe, stride_sbn, stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, WS,
-                       num_warps)
+                       num_warps, f_desc)
         return
     expert, row0, base, lo, hi, nt, nk = _nt_tile(gl.program_id(0), offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M,
                                                   E)
@@ -645,7 +743,7 @@ def _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stri
 
 @gluon.jit
 def _wgrad_kernel(
-    x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr,
+    x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, f_desc, fpad_ptr,
     M, N, K,
     stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt, stride_ce, stride_cn,
     BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, MODE: gl.constexpr,
@@ -713,8 +811,11 @@ def _wgrad_kernel(
         if (start % SK != 0) & (start < end):
             acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
                                n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
+        f_off = 0
+        if MODE == 10:  # this group's column shift in the factor table (e8m0_group_table)
+            f_off = gl.load(fpad_ptr + e)
         acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
-                            BN, BK, STAGES, MODE, U, SUBK, WS, True)
+                            BN, BK, STAGES, MODE, U, SUBK, WS, True, f_desc, f_off)
         if (end % SK != 0) & (last_full >= first_full) & (start < end):
             acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
                                n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
@@ -764,13 +865,101 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer. An optional 10th entry
 # (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6) = the persistent grid (MODE 3/6 only
 # where K % (32 * SUBK * STAGES) == 0, else the plain grid). MODE 5/6: candidates, see _mainloop.
-# Defaults (session 14, H100; benchmarks/results/issue10_h100_s14/NOTE.md): fprop/dgrad MODE 5 (word scales +
-# stage-wise E8M0 decode) with two 4-warp consumers on the persistent grid; wgrad MODE 5, U = 16, one 8-warp
-# consumer. Faster than session 13's MODE 4 defaults in 17 of 18 cells of one run (wgrad +3-9% in all six), 0.99-1.33x
-# bf16. MODE 3-6 on scales that cannot be read as words run MODE 2 (_mode3_fallback).
+# Defaults: fprop/dgrad (session 14, H100; benchmarks/results/issue10_h100_s14/NOTE.md) MODE 5 (word scales +
+# stage-wise E8M0 decode) with two 4-warp consumers on the persistent grid; wgrad (session 24,
+# benchmarks/results/issue10_s24/NOTE.md) MODE 10, U = 16, one 8-warp consumer, dO^T's factors through shared memory
+# with each TMA stage: +6.6 to +11.8% over MODE 5 in all six cells (fprop/dgrad MODE 10: -1 to +2%, not taken).
+# MODE 3-6 and 10 on scales that cannot be read as words run MODE 2 (_mode3_fallback).
 DEFAULT_CONFIG = (128, 128, 4, 8, 5, 8, 4, 4, 2, 1)
-WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 5, 16, 4, 8, 1)
+WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 10, 16, 4, 8, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
+
+
+@triton.jit
+def _e8m0_bits(b):
+    """int32 E8M0 bytes -> the bits of their fp32 factor, as _e8m0_to_f32 (0 -> 2^-127, 255 -> NaN)."""
+    return (b << 23) | ((((b - 1) | (b + 1)) & 0x100) << 14)
+
+
+@triton.jit
+def _e8m0_table_kernel(s_ptr, o_ptr, R, C, stride_r, stride_c, stride_o, BR: tl.constexpr, BC: tl.constexpr):
+    r = tl.program_id(0) * BR + tl.arange(0, BR)[:, None]
+    c = tl.program_id(1) * BC + tl.arange(0, BC)[None, :]
+    m = (r < R) & (c < C)
+    b = tl.load(s_ptr + r.to(tl.int64) * stride_r + c * stride_c, mask=m, other=127).to(tl.int32)
+    tl.store(o_ptr + r.to(tl.int64) * stride_o + c, _e8m0_bits(b).to(tl.float32, bitcast=True), mask=m)
+
+
+def e8m0_table(s):
+    """E8M0 scales [rows, steps] (uint8, any strides) -> their fp32 factors 2^(b-127), bit for bit the kernels'
+    decode, as a [rows, steps] view whose row stride is a multiple of 4 (16 bytes: a TMA operand). MODE 10 loads
+    a stage's [rows, 4] box of it with the operands."""
+    import torch
+
+    R, C = s.shape
+    cp = (C + 3) // 4 * 4
+    out = torch.empty(R, cp, dtype=torch.float32, device=s.device)
+    if out.numel():
+        _e8m0_table_kernel[(triton.cdiv(R, 32), triton.cdiv(C, 64))](s, out, R, C, s.stride(0), s.stride(1), cp,
+                                                                    BR=32, BC=64)
+    return out[:, :C]
+
+
+@triton.jit
+def _e8m0_group_table_kernel(s_ptr, o_ptr, pad_ptr, offs_ptr, R, M, E, C_OUT, stride_r, stride_c, BR: tl.constexpr,
+                             BC: tl.constexpr, SKB: tl.constexpr):
+    """Program (row block, group e): the factors of group e's full 32-token steps [ceil(start/32), end // 32),
+    written at columns shifted by pad[e] so that the group's first full step lands on a multiple of 4."""
+    e = tl.program_id(1)
+    pad = 0
+    first = 0
+    last = 0
+    for i in range(0, E):  # pad[i] = pad[i-1] + what aligns group i's first full step; keep i = e's
+        # group i's tokens clamped exactly as the wgrad kernel clamps them (_wgrad_tile), so that its first full
+        # step lands on an aligned column whatever offs holds (monotone offs: the groups' columns never overlap)
+        end_i = tl.minimum(tl.load(offs_ptr + i), M)
+        start_i = tl.minimum(tl.maximum(tl.load(offs_ptr + i - 1, mask=i > 0, other=0), 0), end_i)
+        first_i = (start_i + SKB - 1) // SKB
+        pad_i = pad + (4 - (first_i + pad) % 4) % 4
+        upto = (i <= e).to(tl.int32)  # (arithmetic blends, not tl.where: scalars stay scalars for range())
+        here = (i == e).to(tl.int32)
+        pad = pad + upto * (pad_i - pad)
+        first = first + here * (first_i - first)
+        last = last + here * (end_i // SKB - last)
+    if tl.program_id(0) == 0:
+        tl.store(pad_ptr + e, pad)
+    r = tl.program_id(0) * BR + tl.arange(0, BR)[:, None]
+    for c0 in range(first, last, BC):
+        c = c0 + tl.arange(0, BC)[None, :]
+        m = (r < R) & (c < last)
+        b = tl.load(s_ptr + r.to(tl.int64) * stride_r + c * stride_c, mask=m, other=127).to(tl.int32)
+        tl.store(o_ptr + r.to(tl.int64) * C_OUT + c + pad, _e8m0_bits(b).to(tl.float32, bitcast=True), mask=m)
+
+
+def e8m0_group_table(s, offs, tokens):
+    """wgrad's E8M0 scales [rows, tokens / 32] -> (fp32 factors with every group's full steps shifted right by
+    pad[e] columns so that each group starts on a 16-byte column (a TMA box start), pad [E] int32). The groups'
+    boundaries are clamped as the kernel clamps them (offs, tokens); the columns between groups are unused."""
+    import torch
+
+    R, C = s.shape
+    E = offs.shape[0]
+    c_out = (C + 3 * E + 3) // 4 * 4
+    out = torch.empty(R, c_out, dtype=torch.float32, device=s.device)
+    pad = torch.empty(E, dtype=torch.int32, device=s.device)
+    if E and R:
+        _e8m0_group_table_kernel[(triton.cdiv(R, 32), E)](s, out, pad, offs, R, tokens, E, c_out, s.stride(0),
+                                                          s.stride(1), BR=32, BC=64, SKB=SK.value)
+    return out, pad
+
+
+def _factor_desc(table, rows):
+    """MODE 10: a TMA descriptor over a factor table (e8m0_table / e8m0_group_table) with [rows, 4] boxes (one
+    stage of 4 steps per row)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+    return TensorDescriptor.from_tensor(table, [rows, 4], layout)
 
 
 def _fail(who, msg):
@@ -822,7 +1011,7 @@ def _words_ok(*scales):
 
 def _mode3_fallback(cfg, *scales):
     """MODE 3-6 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
-    if cfg[4] in (3, 4, 5, 6) and not _words_ok(*scales):
+    if cfg[4] in (3, 4, 5, 6, 10) and not _words_ok(*scales):
         return cfg[:4] + (2, 8) + cfg[6:]
     return cfg
 
@@ -863,11 +1052,16 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     grid = (num_m * ((C + BN - 1) // BN),)
     # persistent grid (asked for by the config): MODE 4, or MODE 3 with whole blocks per tile; else the plain grid
     persist = _persist(config or DEFAULT_CONFIG) and (WS == 2 or (WS == 1 and warps == 8 and BM == 128)) and (
-        MODE in (4, 5) or (MODE in (3, 6) and R % (SK.value * SUBK * STAGES) == 0))
+        MODE in (4, 5, 10) or (MODE in (3, 6) and R % (SK.value * SUBK * STAGES) == 0))
     if persist:
         grid = (min(grid[0], torch.cuda.get_device_properties(a.device).multi_processor_count),)
+    f_desc = None
+    if MODE == 10:
+        if not persist:
+            _fail(who, "MODE 10 (A's factors by TMA) runs on the persistent grid only")
+        f_desc = _factor_desc(e8m0_table(sa), BM)
     _nt_grouped_kernel[grid](
-        _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs,
+        _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs, f_desc,
         M, C, R, num_m,
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0),
         BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
@@ -901,8 +1095,14 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     _tma_operand(who, "dO^T", x)
     _tma_operand(who, "A^T", y)
     grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)
+    f_desc = f_pad = None
+    if MODE == 10:
+        if WS != 1:
+            _fail(who, "MODE 10 (A's factors by TMA) runs with one consumer partition (WS=1) only")
+        table, f_pad = e8m0_group_table(sx, offs, M)
+        f_desc = _factor_desc(table, BN)
     _wgrad_kernel[grid](
-        _desc(x, [BN, SUBK * SK.value]), _desc(y, [BK, SUBK * SK.value]), x, sx, y, sy, out, offs,
+        _desc(x, [BN, SUBK * SK.value]), _desc(y, [BK, SUBK * SK.value]), x, sx, y, sy, out, offs, f_desc, f_pad,
         M, N, K,
         x.stride(0), sx.stride(0), sx.stride(1), y.stride(0), sy.stride(0), sy.stride(1),
         out.stride(0), out.stride(1),
@@ -929,23 +1129,37 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
         lay = gl.NVMMASharedLayout.get_default_for(shape, gl.float8e4nv)
         return f"tensordesc<fp8e4nv[{shape[0]}, {shape[1]}],{lay!r}>"
 
+    sig_f10 = (config or (DEFAULT_CONFIG if kernel == "nt" else WGRAD_DEFAULT_CONFIG))[4] == 10
+
+    def fdesc(rows):  # MODE 10's factor boxes (_factor_desc); "constexpr" = None otherwise
+        if not sig_f10:
+            return "constexpr"
+        lay = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+        return f"tensordesc<fp32[{rows}, 4],{lay!r}>"
+
     i32 = "i32"
     if kernel == "nt":
         (BM, BN, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or DEFAULT_CONFIG)
         sig = dict(a_desc=desc([BM, SUBK * SK.value]), b_desc=desc([BN, SUBK * SK.value]), sa_ptr="*u8", sb_ptr="*u8",
-                   c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32, NUM_M_TILES=i32, stride_sam=i32,
-                   stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
+                   c_ptr="*" + out_dtype, offs_ptr="*i32", f_desc=fdesc(BM), M=i32, N=i32, K=i32, NUM_M_TILES=i32,
+                   stride_sam=i32, stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
         cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, WS=WS,
                   num_warps=warps, PERSIST=_persist(config))
         fn = _nt_grouped_kernel
     else:
         (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
         sig = dict(x_desc=desc([BN, SUBK * SK.value]), y_desc=desc([BK, SUBK * SK.value]), x_ptr="*fp8e4nv", sx_ptr="*u8",
-                   y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", M=i32, N=i32, K=i32,
+                   y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", f_desc=fdesc(BN),
+                   fpad_ptr="*i32" if sig_f10 else "constexpr", M=i32,
+                   N=i32, K=i32,
                    stride_xn=i32, stride_sxn=i32, stride_sxt=i32, stride_yk=i32, stride_syk=i32, stride_syt=i32,
                    stride_ce=i32, stride_cn=i32)
         cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps)
         fn = _wgrad_kernel
+    if sig["f_desc"] == "constexpr":
+        cx["f_desc"] = None
+    if sig.get("fpad_ptr") == "constexpr":
+        cx["fpad_ptr"] = None
     for k in cx:
         sig[k] = "constexpr"
     compiled = triton.compile(GluonASTSource(fn, sig, cx), target=GPUTarget("cuda", 90, 32),

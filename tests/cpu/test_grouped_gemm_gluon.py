@@ -57,9 +57,12 @@ def test_gluon_refuses_cpu_tensors_instead_of_falling_back():
 # candidates of 2026-11-25: MODE 5 = MODE 4 with the stage-wise E8M0 decode (one PRMT per step), MODE 6 = the static
 # ring (MODE 3) with it; WS=1 with 8 warps = one consumer partition running the same mainloop code on both
 # warpgroups (one copy: half the instruction-cache footprint of WS=2), persistent or not
+# MODE 10 (session 24): A's factors (fp32, e8m0_table / e8m0_group_table) through shared memory with each stage
 NEW_NT = [(128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1, 1),
-          (128, 128, 4, 8, 5, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1)]
-NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)]
+          (128, 128, 4, 8, 5, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1),
+          (128, 128, 4, 8, 10, 8, 4, 4, 2, 1)]
+NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
+             (128, 128, 4, 8, 10, 16, 4, 8, 1)]
 
 
 def _sync_config():
@@ -180,9 +183,32 @@ def test_stagewise_e8m0_decode_is_exact():
     assert e8m0_prep_reference(0) == [0x00400000] * 4
 
 
-def test_defaults_are_the_measured_mode5_configs():
-    """The defaults are the configs measured fastest on the H100 (NOTES.md "Gluon mx32", session 14); changing
-    them needs a new measurement, so the test pins them."""
+def test_defaults_are_the_measured_configs():
+    """The defaults are the configs measured fastest on the H100 (NOTES.md "Gluon mx32": fprop/dgrad session 14,
+    wgrad MODE 10 session 24); changing them needs a new measurement, so the test pins them."""
     from kernels.grouped_gemm.gluon_mx import DEFAULT_CONFIG, WGRAD_DEFAULT_CONFIG
     assert DEFAULT_CONFIG == (128, 128, 4, 8, 5, 8, 4, 4, 2, 1)
-    assert WGRAD_DEFAULT_CONFIG == (128, 128, 4, 8, 5, 16, 4, 8, 1)
+    assert WGRAD_DEFAULT_CONFIG == (128, 128, 4, 8, 10, 16, 4, 8, 1)
+
+
+def test_e8m0_table_is_the_kernels_decode_for_every_byte():
+    """MODE 10's fp32 factor table (the launcher's one pass over the E8M0 scales) gives the bits of _e8m0_to_f32
+    for all 256 bytes (0 -> 2^-127, 255 -> NaN), from a strided [rows, steps] view, with a 16-byte row stride
+    (a TMA operand) whatever the step count."""
+    import struct
+
+    from kernels.grouped_gemm.gluon_mx import e8m0_table
+
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("runs the table kernel in the interpreter (CPU)")
+    b = torch.arange(256, dtype=torch.int32).to(torch.uint8)
+    s = torch.stack([b, b.flip(0), b.roll(7)]).t()  # [256, 3], strides (1, 256)
+    t = e8m0_table(s)
+    assert t.shape == s.shape and t.stride(0) % 4 == 0 and t.stride(1) == 1
+    bits = t.view(torch.int32)
+    for i in range(256):
+        for j in range(3):
+            v = int(s[i, j])
+            want = (v << 23) | ((((v - 1) | (v + 1)) & 0x100) << 14)
+            assert int(bits[i, j]) & 0xFFFFFFFF == want, (v, hex(int(bits[i, j])))
+    assert struct.unpack("f", struct.pack("I", 0x00400000))[0] == t[0, 0].item() and t[127, 0].item() == 1.0

@@ -16,7 +16,8 @@ from grouped_gemm_gpu_helpers import (SIZES, TOL_BF16, check_fprop_output, check
                                       group_offs, nt_operands, poison_allocator, quant, rel, special_scale_operands,
                                       special_scales)
 # (BM|BN, 128, STAGES, GROUP, MODE, U, SUBK, num_warps[, WS[, PERSIST]]): the default (MODE 5, persistent; wgrad
-# MODE 5 U = 16 WS=1); the wait-every-wgmma schedule; 8-warp consumer + TMA warp; two 4-warp consumers + TMA warp (reused partial registers); 64-row tiles
+# MODE 10 U = 16 WS=1); the wait-every-wgmma schedule; 8-warp consumer + TMA warp; two 4-warp consumers + TMA
+# warp (reused partial registers); 64-row tiles
 # on one warpgroup; fresh partials with 2-step stages and 3 stages (no warp specialization); MODE 4 (MODE 2's
 # loop, one int32 of scales per row and stage) with two 4-warp consumers, U = 8 and 4, on the plain and the
 # persistent grid; MODE 3 (static ring) with two 4-warp consumers on the persistent grid (K = 512: whole MODE 3
@@ -40,8 +41,12 @@ M5_W1_PERSIST = (128, 128, 4, 8, 5, 8, 4, 8, 1, 1)
 M5_W1_U16_PERSIST = (128, 128, 4, 8, 5, 16, 4, 8, 1, 1)
 M6_W1_PERSIST = (128, 128, 4, 8, 6, 16, 4, 8, 1, 1)
 M6_W1 = (128, 128, 4, 8, 6, 16, 4, 8, 1)
-NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1]
-NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)]
+# MODE 10 (session 24): A's factors as fp32 through shared memory with each TMA stage (e8m0_table)
+M10_PERSIST = (128, 128, 4, 8, 10, 8, 4, 4, 2, 1)
+M10_WGRAD = (128, 128, 4, 8, 10, 16, 4, 8, 1)
+NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1, M10_PERSIST]
+NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
+             M10_WGRAD]
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
               (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M4_WS2, M4_U4, M4_PERSIST, M3_PERSIST,
               M4_U16_PERSIST, M4_S5_PERSIST] + NEW_NT
@@ -193,3 +198,30 @@ def test_new_wgrad_configs_bit_exact_with_special_scales(config, tail):
     poison_allocator()
     out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, config)
     torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_e8m0_group_table_puts_every_group_on_an_aligned_column(seed):
+    """MODE 10's wgrad factor table: group e's full 32-token steps sit at columns shifted by pad[e], the first one
+    on a multiple of 4 (a TMA box needs a 16-byte start), the groups' columns in order and disjoint, the factors
+    bit for bit e8m0_table's (0 -> 2^-127, 255 -> NaN). Awkward sizes: 0, 1, 31, 33, unaligned starts."""
+    import random
+
+    from kernels.grouped_gemm.gluon_mx import e8m0_group_table, e8m0_table
+    rnd = random.Random(seed)
+    sizes = [rnd.choice([0, 1, 31, 33, 64, 100, 128, 500, 1000, 4096]) for _ in range(rnd.choice([1, 3, 8, 17]))]
+    M = sum(sizes) + rnd.choice([0, 17, 64])
+    offs = group_offs(sizes)
+    s = torch.randint(0, 256, (300, M // 32 + 3), dtype=torch.uint8, device="cuda")[:, 1:M // 32 + 1]
+    table, pad = e8m0_group_table(s, offs, M)
+    ref = e8m0_table(s)
+    hi = -1
+    for e in range(len(sizes)):
+        end = min(int(offs[e]), M)
+        start = min(int(offs[e - 1]) if e else 0, end)
+        first, last, p = (start + 31) // 32, end // 32, int(pad[e])
+        if last > first:
+            assert (first + p) % 4 == 0 and first + p > hi, (e, first, p)
+            torch.testing.assert_close(table[:, first + p:last + p], ref[:, first:last], rtol=0, atol=0,
+                                       equal_nan=True)
+            hi = last + p - 1
