@@ -325,7 +325,8 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     of scales per row and stage (SUBK = 4, WS only); MODE 3 = MODE 4 with blocks of all STAGES stages unrolled
     (static slots; measured slower: instruction cache). MODE 5/6 = MODE 4/3 with the stage-wise E8M0 decode
     (_e8m0_prep once per stage word, one _e8m0_pick = PRMT per step; bit-identical factors). MODE 10 = MODE 5 with
-    A's factors from f_bufs (fp32, filled by the producer's TMA with each stage; B keeps its words). st0: ring stages
+    A's factors from f_bufs (fp32, filled by the producer's TMA with each stage; B keeps its words); MODE 11 = MODE 6
+    with them (a candidate, not yet measured). st0: ring stages
     used before this call (persistent grid);
     FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
     gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
@@ -344,12 +345,12 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
         # (dynamic slots). Both read the scales of a stage as one int32 per row (4 E8M0 bytes), one stage ahead.
         gl.static_assert(SUBK == 4, "MODE 3/4 read a stage's 4 scale bytes as one word")
         gl.static_assert(WS != 0, "MODE 3/4 need the TMA producer partition (WS)")
-        STATIC: gl.constexpr = (MODE == 3) or (MODE == 6)
+        STATIC: gl.constexpr = (MODE == 3) or (MODE == 6) or (MODE == 11)
         # MODE 5 = MODE 4, MODE 6 = MODE 3, with the stage-wise E8M0 decode (_e8m0_prep / _e8m0_pick)
-        CHEAP: gl.constexpr = (MODE == 5) or (MODE == 6) or (MODE == 10)
-        # MODE 10 = MODE 5 with A's factors from shared memory (fp32, loaded by TMA with each stage: no A words,
-        # no A decode); B's word as in MODE 5
-        FSM: gl.constexpr = (MODE == 10) and (f_bufs is not None)  # (else: a path the launcher never runs)
+        CHEAP: gl.constexpr = (MODE == 5) or (MODE == 6) or (MODE == 10) or (MODE == 11)
+        # MODE 10 = MODE 5 (MODE 11 = MODE 6) with A's factors from shared memory (fp32, loaded by TMA with each
+        # stage: no A words, no A decode); B's word as in MODE 5
+        FSM: gl.constexpr = ((MODE == 10) or (MODE == 11)) and (f_bufs is not None)  # (else: a dead path)
         BLK: gl.constexpr = STAGES * SUBK if STATIC else U
         gl.static_assert(BLK % SUBK == 0, "blocks of whole stages")
         NS: gl.constexpr = BLK // SUBK
@@ -412,8 +413,8 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                                           AROW, AROWS, st0)
                     if FSM:
                         if sub == 0:  # the stage has landed (_mma_step waited): its rows' 4 factors
-                            fa0, fa1, fa2, fa3 = _stage_rows(f_bufs, (st0 + b * NS + s) % STAGES, AROW, AROWS,
-                                                             acc.shape[1])
+                            slot = s if STATIC else (st0 + b * NS + s) % STAGES
+                            fa0, fa1, fa2, fa3 = _stage_rows(f_bufs, slot, AROW, AROWS, acc.shape[1])
                         f_new = _pick4(fa0, fa1, fa2, fa3, sub) * _e8m0_pick(hb, lb, sub)
                     elif CHEAP:
                         f_new = _e8m0_pick(ha, la, sub) * _e8m0_pick(hb, lb, sub)
@@ -549,8 +550,16 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=WS)
     n_tiles = NUM_M_TILES * gl.cdiv(N, BN)
-    if f_desc is not None:  # MODE 10 (WS=2): A's factors ride with each stage
-        gl.static_assert(WS == 2, "MODE 10 runs two 4-warp consumers")
+    if f_desc is not None and WS == 1:  # MODE 10/11, one 8-warp consumer: A's factors ride with each stage
+        f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
+        gl.warp_specialize([
+            (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+                                   M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, NW, f_bufs)),
+            (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, f_desc, f_bufs)),
+        ], [1], [40])
+    elif f_desc is not None:  # MODE 10/11, two 4-warp consumers (WS=2)
         f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
         gl.warp_specialize([
             (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
@@ -864,7 +873,8 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (BM|BN = 128,
 # num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer. An optional 10th entry
 # (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6) = the persistent grid (MODE 3/6 only
-# where K % (32 * SUBK * STAGES) == 0, else the plain grid). MODE 5/6: candidates, see _mainloop.
+# where K % (32 * SUBK * STAGES) == 0, else the plain grid). MODE 10 (fprop/dgrad: persistent only; wgrad: WS=1
+# only) and MODE 11 (MODE 6's static ring with MODE 10's factors; persistent with K % 512 == 0 only): see _mainloop.
 # Defaults: fprop/dgrad (session 14, H100; benchmarks/results/issue10_h100_s14/NOTE.md) MODE 5 (word scales +
 # stage-wise E8M0 decode) with two 4-warp consumers on the persistent grid; wgrad (session 24,
 # benchmarks/results/issue10_s24/NOTE.md) MODE 10, U = 16, one 8-warp consumer, dO^T's factors through shared memory
@@ -1011,7 +1021,7 @@ def _words_ok(*scales):
 
 def _mode3_fallback(cfg, *scales):
     """MODE 3-6 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
-    if cfg[4] in (3, 4, 5, 6, 10) and not _words_ok(*scales):
+    if cfg[4] in (3, 4, 5, 6, 10, 11) and not _words_ok(*scales):
         return cfg[:4] + (2, 8) + cfg[6:]
     return cfg
 
@@ -1052,13 +1062,14 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     grid = (num_m * ((C + BN - 1) // BN),)
     # persistent grid (asked for by the config): MODE 4, or MODE 3 with whole blocks per tile; else the plain grid
     persist = _persist(config or DEFAULT_CONFIG) and (WS == 2 or (WS == 1 and warps == 8 and BM == 128)) and (
-        MODE in (4, 5, 10) or (MODE in (3, 6) and R % (SK.value * SUBK * STAGES) == 0))
+        MODE in (4, 5, 10) or (MODE in (3, 6, 11) and R % (SK.value * SUBK * STAGES) == 0))
     if persist:
         grid = (min(grid[0], torch.cuda.get_device_properties(a.device).multi_processor_count),)
     f_desc = None
-    if MODE == 10:
+    if MODE in (10, 11):
         if not persist:
-            _fail(who, "MODE 10 (A's factors by TMA) runs on the persistent grid only")
+            _fail(who, f"MODE {MODE} (A's factors by TMA) runs on the persistent grid only (MODE 11: with K a multiple "
+                       f"of {SK.value * SUBK * STAGES}, got {R})")
         f_desc = _factor_desc(e8m0_table(sa), BM)
     _nt_grouped_kernel[grid](
         _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs, f_desc,
@@ -1129,7 +1140,7 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
         lay = gl.NVMMASharedLayout.get_default_for(shape, gl.float8e4nv)
         return f"tensordesc<fp8e4nv[{shape[0]}, {shape[1]}],{lay!r}>"
 
-    sig_f10 = (config or (DEFAULT_CONFIG if kernel == "nt" else WGRAD_DEFAULT_CONFIG))[4] == 10
+    sig_f10 = (config or (DEFAULT_CONFIG if kernel == "nt" else WGRAD_DEFAULT_CONFIG))[4] in (10, 11)
 
     def fdesc(rows):  # MODE 10's factor boxes (_factor_desc); "constexpr" = None otherwise
         if not sig_f10:

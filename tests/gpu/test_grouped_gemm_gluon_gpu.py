@@ -44,7 +44,11 @@ M6_W1 = (128, 128, 4, 8, 6, 16, 4, 8, 1)
 # MODE 10 (session 24): A's factors as fp32 through shared memory with each TMA stage (e8m0_table)
 M10_PERSIST = (128, 128, 4, 8, 10, 8, 4, 4, 2, 1)
 M10_WGRAD = (128, 128, 4, 8, 10, 16, 4, 8, 1)
-NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1, M10_PERSIST]
+# MODE 11 = MODE 6 (static ring) with MODE 10's factors, one 8-warp consumer, persistent (K = 512 only: whole
+# rounds per tile); candidates prepared without a GPU in session 24, first run next session
+M11_W1_PERSIST = (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)
+M10_W1_PERSIST = (128, 128, 4, 8, 10, 8, 4, 8, 1, 1)
+NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1, M10_PERSIST, M10_W1_PERSIST]
 NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
              M10_WGRAD]
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
@@ -225,3 +229,24 @@ def test_e8m0_group_table_puts_every_group_on_an_aligned_column(seed):
             torch.testing.assert_close(table[:, first + p:last + p], ref[:, first:last], rtol=0, atol=0,
                                        equal_nan=True)
             hi = last + p - 1
+
+
+@pytest.mark.parametrize("K", [512, 1024])
+def test_mode11_candidate_bit_exact_with_special_scales(K):
+    """MODE 11 (static ring + factors through shared memory, one 8-warp consumer, persistent) equals MODE 4 bit for
+    bit with the special E8M0 bytes; it needs K a multiple of 512 (whole ring rounds per tile) and says so
+    otherwise."""
+    from kernels.grouped_gemm.gluon_mx import launch_nt
+    ad, as_, wd, ws, offs = special_scale_operands(K)
+    ref = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M4_PERSIST)
+    poison_allocator()
+    out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M11_W1_PERSIST)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
+    check_special_vs_reference(out, ad, as_, wd, ws, offs)
+
+
+def test_mode11_refuses_k_without_whole_rounds():
+    from kernels.grouped_gemm.gluon_mx import launch_nt
+    ad, as_, wd, ws, offs = special_scale_operands(640)
+    with pytest.raises(ValueError, match="MODE 11 .*multiple of 512, got 640"):
+        launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M11_W1_PERSIST)
