@@ -234,15 +234,9 @@ def test_e8m0_group_table_puts_every_group_on_an_aligned_column(seed):
 @pytest.mark.parametrize("K", [512, 1024])
 def test_mode11_candidate_bit_exact_with_special_scales(K):
     """MODE 11 (static ring + factors through shared memory, one 8-warp consumer, persistent) equals MODE 4 bit for
-    bit with the special E8M0 bytes; it needs K a multiple of 512 (whole ring rounds per tile) and says so
-    otherwise."""
-    from kernels.grouped_gemm.gluon_mx import launch_nt
-    ad, as_, wd, ws, offs = special_scale_operands(K)
-    ref = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M4_PERSIST)
-    poison_allocator()
-    out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M11_W1_PERSIST)
-    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
-    check_special_vs_reference(out, ad, as_, wd, ws, offs)
+    bit with the special E8M0 bytes, as the other new configs do; it needs K a multiple of 512 (whole ring rounds
+    per tile: test below)."""
+    test_new_nt_configs_bit_exact_with_special_scales(M11_W1_PERSIST, K)
 
 
 def test_mode11_refuses_k_without_whole_rounds():
