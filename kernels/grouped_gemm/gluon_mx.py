@@ -67,15 +67,16 @@ def _e8m0_to_f32(b):
 
 
 @gluon.jit
-def _issue_load(a_desc, b_desc, a_row, b_row, k, bar, a_buf, b_buf, pred, f_desc=None, f_buf=None, f_off=0):
-    """One stage: A's and B's [rows, 32 * SUBK] boxes at k; MODE 10 also A's fp32 factors [rows, SUBK] of those
-    steps (f_desc over e8m0_table's factors: column k / 32 + f_off, a multiple of 4)."""
+def _issue_load(a_desc, b_desc, a_row, b_row, k, bar, a_buf, b_buf, pred, f_desc=None, f_bufs=None, f_off=0,
+                slot=0):
+    """One stage: A's and B's [rows, 32 * SUBK] boxes at k; MODE 10/11 also A's fp32 factors [rows, SUBK] of those
+    steps into f_bufs[slot] (f_desc over e8m0_table's factors: column k / 32 + f_off, a multiple of 4)."""
     if f_desc is None:
         mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
     else:
         mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes + f_desc.block_type.nbytes,
                         pred=pred)
-        tma.async_copy_global_to_shared(f_desc, [a_row, k // SK + f_off], bar, f_buf, pred=pred)
+        tma.async_copy_global_to_shared(f_desc, [a_row, k // SK + f_off], bar, f_bufs.index(slot), pred=pred)
     tma.async_copy_global_to_shared(a_desc, [a_row, k], bar, a_buf, pred=pred)
     tma.async_copy_global_to_shared(b_desc, [b_row, k], bar, b_buf, pred=pred)
 
@@ -248,12 +249,8 @@ def _producer(a_desc, b_desc, a_row, b_row, k0, n_st, a_bufs, b_bufs, ready, emp
     for st in range(n_st):
         s = st % STAGES
         mbarrier.wait(empty.index(s), ((st // STAGES) & 1) ^ 1)
-        if f_desc is None:
-            _issue_load(a_desc, b_desc, a_row, b_row, k0 + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
-                        b_bufs.index(s), True)
-        else:
-            _issue_load(a_desc, b_desc, a_row, b_row, k0 + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
-                        b_bufs.index(s), True, f_desc, f_bufs.index(s), f_off)
+        _issue_load(a_desc, b_desc, a_row, b_row, k0 + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                    b_bufs.index(s), True, f_desc, f_bufs, f_off, s)
 
 
 @gluon.jit
@@ -630,12 +627,8 @@ def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr,
         for st in range(gl.cdiv(nk, SUBK)):
             s = g % STAGES
             mbarrier.wait(empty.index(s), ((g // STAGES) & 1) ^ 1)
-            if f_desc is None:
-                _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
-                            b_bufs.index(s), True)
-            else:
-                _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
-                            b_bufs.index(s), True, f_desc, f_bufs.index(s))
+            _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                        b_bufs.index(s), True, f_desc, f_bufs, 0, s)
             g += 1
 
 
