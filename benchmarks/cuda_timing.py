@@ -35,14 +35,18 @@ def interleaved_ms(fns, rounds, event=None, synchronize=None):
     input sets), each call bracketed by CUDA events on the current stream. Variants timed one after another
     (triton's do_bench per variant) see different clocks: on an H100 at its 700 W cap the same CUTLASS kernel read
     1.308 and 1.512 ms in one run (session 15). Round-robin gives every variant the same clock and thermal history,
-    so ratios between them hold even when the absolute times drift. `event` / `synchronize` default to
+    so ratios between them hold even when the absolute times drift; the order rotates from round to round, so
+    no variant always runs in the same position. `event` / `synchronize` default to
     torch.cuda.Event(enable_timing=True) / torch.cuda.synchronize (tests pass fakes)."""
     event = event or (lambda: torch.cuda.Event(enable_timing=True))
     synchronize = synchronize or torch.cuda.synchronize
     names = list(fns)
     marks = {v: [] for v in names}
     for r in range(rounds):
-        for v in names:
+        # each round starts one variant later: a position in the round (right after bf16, first after the
+        # previous round's last kernel) is not always the same variant's (session 25: the same kernel read 7%
+        # apart in two positions of one round)
+        for v in names[r % len(names):] + names[:r % len(names)]:
             calls = fns[v]
             start, end = event(), event()
             start.record()

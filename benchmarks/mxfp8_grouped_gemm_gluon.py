@@ -9,8 +9,9 @@ mx32 = plain 1x32 E8M0 scales on activations/gradients along the reduction axis,
 (wgrad) in 128-row tiles: the promotion factor is a per-row vector, applied after every 32 of the reduction.
 E = 8 experts x 8192 tokens, (K, N) as in benchmarks/mxfp8_grouped_gemm.py. Kernel time only (quantization
 excluded), every variant of a pass timed round-robin (benchmarks/cuda_timing.interleaved_ms: one clock state for
-all; alone at an H100's power cap the Gluon kernels run ~12% higher clocks than amid others, session 15), two
-rotating input sets. Each Gluon config's output is compared
+all, the order rotating each round; alone at an H100's power cap the Gluon kernels run ~12% higher clocks than
+amid others, session 15), two rotating input sets. wgrad writes dW in bf16 as the experts op does for bf16 weights
+and as the bf16 peer does (--wgrad-out fp32: sessions <= 24). Each Gluon config's output is compared
 with the float64 reference (default config) or with the default config's output (the others).
 Writes mxfp8_grouped_gemm_gluon-<device>-<date>.json to $OUT or benchmarks/results/.
 """
@@ -88,19 +89,17 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     # the wgrad default's does), persistent where K % 512 == 0; MODE 10 with one 8-warp consumer, U = 8
     "m11w1p": ((128, 128, 4, 8, 11, 16, 4, 8, 1, 1), None),
     "m10w1p": ((128, 128, 4, 8, 10, 8, 4, 8, 1, 1), None),
+    # session 25: wgrad MODE 11 (static ring) on the plain grid (a persistent wgrad grid, MODE 10 or 11, measured
+    # 0.90-0.98x the default and is gone)
+    "w11": (None, (128, 128, 4, 8, 11, 16, 4, 8, 1)),
+    # MODE 11 with a fifth ring stage (20-step static blocks; ncu: the wgrad consumer waits on the TMA more than
+    # fprop's does)
+    "m11s5": ((128, 128, 5, 8, 11, 16, 4, 8, 1, 1), (128, 128, 5, 8, 11, 16, 4, 8, 1)),
+    # the defaults of session 24 (fprop/dgrad MODE 5 with two 4-warp consumers, persistent; wgrad MODE 10)
+    "s24": ((128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 16, 4, 8, 1)),
     # the defaults of session 13 (MODE 4: fprop/dgrad two consumers on the persistent grid, wgrad two consumers)
     "s13": ((128, 128, 4, 8, 4, 8, 4, 4, 2, 1), (128, 128, 4, 8, 4, 8, 4, 4, 2)),
 }
-
-
-def bench(fns, rep):
-    from triton.testing import do_bench
-    state = {"i": 0}
-
-    def step():
-        state["i"] ^= 1
-        return fns[state["i"]]()
-    return do_bench(step, warmup=10, rep=rep, return_mode="median")
 
 
 def write_json(meta, rows):
@@ -117,9 +116,14 @@ def main():
     ap.add_argument("--cuda", default="", help="also the CUDA C++ mx32 kernel (kernels/grouped_gemm/cuda_mx.py; "
                     "fprop and dgrad): ';'-separated compile-time variants, 'default' = the file's settings, e.g. "
                     "'default;BLOCK_STAGES=4;STAGES=4,GROUP_M=4'")
-    ap.add_argument("--rep", type=int, default=100, help="do_bench rep (ms) of the --op section")
+    ap.add_argument("--rep", type=int, default=None, help="ignored since session 25 (the --op section is timed "
+                    "round-robin: --op-rounds); accepted so that older device scripts still run")
     ap.add_argument("--passes", default="fprop,dgrad,wgrad", help="which GEMMs to time (comma list)")
     ap.add_argument("--rounds", type=int, default=50, help="round-robin rounds per pass (kernels)")
+    ap.add_argument("--op-rounds", type=int, default=30, help="round-robin rounds of the --op section")
+    ap.add_argument("--wgrad-out", default="bf16", choices=["bf16", "fp32"],
+                    help="dW's dtype: bf16 = what the experts op writes for bf16 weights and what the bf16 peer "
+                         "(torch._grouped_mm) writes; fp32 = the stricter setting of sessions <= 24 (twice the bytes)")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop starting new shapes after this many seconds")
     ap.add_argument("--op", default="", help="shapes (comma list) at which to also time the whole autograd op "
                     "titan_fp8.float8.experts.mxfp8_grouped_mm(granularity='mx32') fwd+bwd, quantization included, "
@@ -136,9 +140,11 @@ def main():
             "%Y-%m-%d %H:%M UTC"), "torch": torch.__version__, "triton": __import__("triton").__version__,
         "command": "python " + " ".join(sys.argv), "experts": E, "tokens_per_expert": TPE,
         "timing": f"kernels: all variants of a pass round-robin, {args.rounds} rounds, CUDA events per call, median "
-                  f"(benchmarks/cuda_timing.interleaved_ms), 2 rotating input sets; --op: do_bench rep {args.rep} ms",
-        "configs": {k: CONFIGS[k] for k in args.configs.split(",")},
+                  f"(benchmarks/cuda_timing.interleaved_ms), 2 rotating input sets; --op: round-robin, "
+                  f"{args.op_rounds} rounds",
+        "configs": {k: CONFIGS[k] for k in args.configs.split(",")}, "wgrad_out": args.wgrad_out,
     }
+    dw_dtype = torch.bfloat16 if args.wgrad_out == "bf16" else torch.float32
     print(json.dumps(meta), flush=True)
     rows = []
 
@@ -175,8 +181,8 @@ def main():
                     "dgrad": lambda s: mxfp8_grouped_mm_dgrad(*s[2][1], wqt[0].transpose(1, 2),
                                                               wqt[1].transpose(1, 2), offs, block=32, w_tile=128,
                                                               validate=False),
-                    "wgrad": lambda s: mxfp8_grouped_mm_wgrad(*s[2][2], *s[2][3], offs, block=32, a_tile=128,
-                                                              validate=False)},
+                    "wgrad": lambda s: mxfp8_grouped_mm_wgrad(*s[2][2], *s[2][3], offs, dw_dtype, block=32,
+                                                              a_tile=128, validate=False)},
             }
             if args.skip_triton:
                 del calls["triton_mx32"]
@@ -189,7 +195,7 @@ def main():
                     "dgrad": lambda s, cfg=ncfg: launch_nt(s[2][1][0], s[2][1][1], wqt[0], wqt[1], offs,
                                                            torch.bfloat16, cfg),
                     "wgrad": lambda s, cfg=wcfg: launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0], s[2][3][1], offs,
-                                                              torch.float32, cfg)}
+                                                              dw_dtype, cfg)}
             for cv in filter(None, args.cuda.split(";")):
                 from kernels.grouped_gemm.cuda_mx import launch_nt as cuda_nt
                 gm = 8
@@ -246,7 +252,7 @@ def main():
         write_json(meta, rows)
 
     for shape in [v for v in args.op.split(",") if v]:
-        op_section(rec, shape, args.rep)
+        op_section(rec, shape, args.op_rounds)
         write_json(meta, rows)
 
     print(f"\nmx32 grouped GEMM (Gluon / CUDA vs Triton vs bf16), {meta['device']}, torch {meta['torch']}, "
@@ -262,7 +268,7 @@ def main():
     print("wrote", write_json(meta, rows))
 
 
-def op_section(rec, shape, rep):
+def op_section(rec, shape, rounds):
     """Whole op fwd+bwd (both quantizations of x and dO, weight quantizations, 3 GEMMs), 3 GEMMs of FLOPs."""
     from titan_fp8.float8 import experts as mod  # (relative imports inside: load it as a package module)
     K, N = SHAPES[shape]
@@ -275,18 +281,24 @@ def op_section(rec, shape, rep):
     fns = {"bf16": lambda x: torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)}
     for b in ("triton", "gluon"):
         fns["op_mx32_" + b] = lambda x, b=b: mod.mxfp8_grouped_mm(x, w, offs, granularity="mx32", backend=b)
-    base = None
+    timed = {}
     for name, fn in fns.items():
+        def step(s, fn=fn):
+            out = fn(s[0])
+            out.backward(s[1])
         try:
-            def step(s, fn=fn):
-                out = fn(s[0])
-                out.backward(s[1])
-            ms = bench([lambda s=s: step(s) for s in sets], rep)
-            base = base or ms
-            rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, ms=round(ms, 4),
-                TFLOPs=round(flops / ms / 1e9, 1), vs_bf16=round(base / ms, 3), rel_err=None)
+            for s in sets:  # warm-up (compiles, autotunes) and a clear error before timing
+                step(s)
+            torch.cuda.synchronize()
+            timed[name] = [lambda s=s, step=step: step(s) for s in sets]
         except Exception as e:
             rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, error=repr(e)[:300])
+    # round-robin as the kernels (same clocks for the op and its peer)
+    res = interleaved_ms(timed, rounds) if timed else {}
+    for name, (ms, iqr) in res.items():
+        rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, ms=round(ms, 4),
+            TFLOPs=round(flops / ms / 1e9, 1), vs_bf16=round(res["bf16"][0] / ms, 3) if "bf16" in res else None,
+            iqr=round(iqr, 3), rel_err=None)
     del sets, w
     torch.cuda.empty_cache()
 

@@ -304,6 +304,78 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
 
 
 @gluon.jit
+def _blocks(acc, wa_lo, wa_hi, wb_lo, wb_hi, t0, n_b, n_stg, st0, q0, sh, sa_ptrs, sbt_ptr, a_desc, b_desc, a_row,
+            b_row, k0, a_bufs, b_bufs, ready, empty, f_bufs, STAGES: gl.constexpr, SUBK: gl.constexpr,
+            NS: gl.constexpr, STATIC: gl.constexpr, CHEAP: gl.constexpr, FSM: gl.constexpr, FUNNEL: gl.constexpr,
+            AROW: gl.constexpr, AROWS: gl.constexpr):
+    """MODE 3-6/10/11's mainloop body: n_b blocks of NS stages from stage t0 of this mainloop (n_stg stages in all
+    run in blocks), unrolled; the scale words (wa_*, wb_*) ride along. STATIC: the block is one ring round on
+    static slots (t0 and st0 whole rounds). Returns (acc, wa_lo, wa_hi, wb_lo, wb_hi)."""
+    for b in range(n_b):
+        ph = (st0 // STAGES + t0 // STAGES + b) & 1  # STATIC; st0: stages this ring ran before (persistent grid)
+        p_prev = acc  # (placeholders: set at step 0 before their first use)
+        p_free = acc
+        f_prev = gl.full([acc.shape[0]], 0.0, gl.float32, layout=gl.SliceLayout(1, acc.type.layout))
+        for s in gl.static_range(NS):
+            t = t0 + b * NS + s
+            if FUNNEL:
+                if not FSM:
+                    wa = _funnel(wa_lo, wa_hi, sh)
+                    wa_lo = wa_hi
+                wb = _funnel(wb_lo, wb_hi, sh)
+                wb_lo = wb_hi
+                ok = ((t + 1 < n_stg) & (sh != 0)) | (t + 2 < n_stg)
+                if not FSM:
+                    wa_hi = _word(sa_ptrs, q0 + t + 2, ok)
+                wb_hi = _word(sbt_ptr, q0 + t + 2, ok)
+            else:
+                if not FSM:
+                    wa = wa_hi
+                    wa_hi = _word(sa_ptrs, q0 + t + 1, t + 1 < n_stg)
+                wb = wb_hi
+                wb_hi = _word(sbt_ptr, q0 + t + 1, t + 1 < n_stg)
+            if STATIC:
+                mbarrier.wait(ready.index(s), ph)
+            if CHEAP:  # MODE 5: the stage's decode pass (one PRMT per step below)
+                if not FSM:
+                    ha, la = _e8m0_prep(wa)
+                hb, lb = _e8m0_prep(wb)
+            for sub in gl.static_range(SUBK):
+                u = s * SUBK + sub
+                # MODE 2's register reuse: wgmma u overwrites partial u-2 (already promoted)
+                if STATIC:
+                    p_new = _mma_slot(a_bufs, b_bufs, s, sub, acc, p_free, u < 2, AROW, AROWS)
+                else:
+                    # (step t * SUBK + sub, spelled so that the MODE 4/5/10 blocks compile as before)
+                    p_new = _mma_step(t0 * SUBK + b * (NS * SUBK) + u, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK,
+                                      u < 2, p_free, AROW, AROWS, st0)
+                if FSM:
+                    if sub == 0:  # the stage has landed (_mma_step waited): its rows' 4 factors
+                        slot = s if STATIC else (st0 + t) % STAGES
+                        fa0, fa1, fa2, fa3 = _stage_rows(f_bufs, slot, AROW, AROWS, acc.shape[1])
+                    f_new = _pick4(fa0, fa1, fa2, fa3, sub) * _e8m0_pick(hb, lb, sub)
+                elif CHEAP:
+                    f_new = _e8m0_pick(ha, la, sub) * _e8m0_pick(hb, lb, sub)
+                else:
+                    f_new = _byte_f32(wa, sub) * _byte_f32(wb, sub)
+                if u > 0:
+                    p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
+                    if sub == 0:  # the previous stage's wgmmas have all finished
+                        # (STATIC: st0 + t is s modulo STAGES, so the slot is static)
+                        _release(s + STAGES - 1 if STATIC else st0 + t - 1, 0, a_desc, b_desc, a_row, b_row, k0,
+                                 a_bufs, b_bufs, ready, empty, STAGES, SUBK, True)
+                    acc = acc + p_done * gl.expand_dims(f_prev, 1)
+                    p_free = p_done
+                p_prev = p_new
+                f_prev = f_new
+        p_done, acc = warpgroup_mma_wait(num_outstanding=0, deps=(p_prev, acc))
+        _release(NS - 1 if STATIC else st0 + t0 + b * NS + NS - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs,
+                 b_bufs, ready, empty, STAGES, SUBK, True)
+        acc = acc + p_done * gl.expand_dims(f_prev, 1)
+    return acc, wa_lo, wa_hi, wb_lo, wb_hi
+
+
+@gluon.jit
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
               a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
               SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0,
@@ -323,8 +395,9 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     (static slots; measured slower: instruction cache). MODE 5/6 = MODE 4/3 with the stage-wise E8M0 decode
     (_e8m0_prep once per stage word, one _e8m0_pick = PRMT per step; bit-identical factors). MODE 10 = MODE 5 with
     A's factors from f_bufs (fp32, filled by the producer's TMA with each stage; B keeps its words); MODE 11 = MODE 6
-    with them (a candidate, not yet measured). st0: ring stages
-    used before this call (persistent grid);
+    with them (the fprop/dgrad default). Static slots (MODE 3/6/11) run whole ring rounds, then blocks of 2 stages
+    on dynamic slots (_blocks). st0: ring stages used before this call (persistent grid; a multiple of STAGES with
+    static slots);
     FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
     gl.static_assert(U % SUBK == 0, "U must be a multiple of SUBK")
     gl.static_assert(U // SUBK <= STAGES, "the tail after the unrolled blocks must already be in flight")
@@ -353,10 +426,17 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
         NS: gl.constexpr = BLK // SUBK
         n_blk = nk // BLK
         n_main = n_blk * BLK
+        # static slots (MODE 3/6/11) and the factor modes (MODE 10/11: wgrad's groups end anywhere): whole blocks
+        # first, then blocks of 2 stages on dynamic slots (MODE 4's loop), so only a last odd stage runs
+        # synchronously
+        TNS: gl.constexpr = 2 if STAGES >= 2 else 1
+        TAIL: gl.constexpr = STATIC or (FSM and BLK > TNS * SUBK)
+        n_blk2 = (nk - n_main) // (TNS * SUBK) if TAIL else 0
+        n_async = n_main + n_blk2 * (TNS * SUBK)
         # scale words: stage t of this mainloop covers steps kb0 + 4t .. +3; FUNNEL (wgrad: kb0 % 4 may be
         # nonzero, uniform) = the aligned words q0 + t and q0 + t + 1 funnel-shifted by sh; each word is loaded
         # one stage before its first use and carried (lo, hi)
-        n_stg = n_main // SUBK
+        n_stg = n_async // SUBK
         q0 = kb0 // 4
         sh = (kb0 % 4) * 8
         if FUNNEL:
@@ -371,65 +451,18 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
                 wa_lo = wa_hi
             wb_hi = _word(sbt_ptr, q0, n_stg > 0)
             wb_lo = wb_hi
-        for b in range(n_blk):
-            ph = (st0 // STAGES + b) & 1  # MODE 3; st0: stages this ring ran before (persistent grid)
-            p_prev = acc  # (placeholders: set at step 0 before their first use)
-            p_free = acc
-            f_prev = gl.full([acc.shape[0]], 0.0, gl.float32, layout=gl.SliceLayout(1, acc.type.layout))
-            for s in gl.static_range(NS):
-                t = b * NS + s
-                if FUNNEL:
-                    if not FSM:
-                        wa = _funnel(wa_lo, wa_hi, sh)
-                        wa_lo = wa_hi
-                    wb = _funnel(wb_lo, wb_hi, sh)
-                    wb_lo = wb_hi
-                    ok = ((t + 1 < n_stg) & (sh != 0)) | (t + 2 < n_stg)
-                    if not FSM:
-                        wa_hi = _word(sa_ptrs, q0 + t + 2, ok)
-                    wb_hi = _word(sbt_ptr, q0 + t + 2, ok)
-                else:
-                    if not FSM:
-                        wa = wa_hi
-                        wa_hi = _word(sa_ptrs, q0 + t + 1, t + 1 < n_stg)
-                    wb = wb_hi
-                    wb_hi = _word(sbt_ptr, q0 + t + 1, t + 1 < n_stg)
-                if STATIC:
-                    mbarrier.wait(ready.index(s), ph)
-                if CHEAP:  # MODE 5: the stage's decode pass (one PRMT per step below)
-                    if not FSM:
-                        ha, la = _e8m0_prep(wa)
-                    hb, lb = _e8m0_prep(wb)
-                for sub in gl.static_range(SUBK):
-                    u = s * SUBK + sub
-                    # MODE 2's register reuse: wgmma u overwrites partial u-2 (already promoted)
-                    if STATIC:
-                        p_new = _mma_slot(a_bufs, b_bufs, s, sub, acc, p_free, u < 2, AROW, AROWS)
-                    else:
-                        p_new = _mma_step(b * BLK + u, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, u < 2, p_free,
-                                          AROW, AROWS, st0)
-                    if FSM:
-                        if sub == 0:  # the stage has landed (_mma_step waited): its rows' 4 factors
-                            slot = s if STATIC else (st0 + b * NS + s) % STAGES
-                            fa0, fa1, fa2, fa3 = _stage_rows(f_bufs, slot, AROW, AROWS, acc.shape[1])
-                        f_new = _pick4(fa0, fa1, fa2, fa3, sub) * _e8m0_pick(hb, lb, sub)
-                    elif CHEAP:
-                        f_new = _e8m0_pick(ha, la, sub) * _e8m0_pick(hb, lb, sub)
-                    else:
-                        f_new = _byte_f32(wa, sub) * _byte_f32(wb, sub)
-                    if u > 0:
-                        p_done, acc = warpgroup_mma_wait(num_outstanding=1, deps=(p_prev, acc))
-                        if sub == 0:  # the previous stage's wgmmas have all finished
-                            _release(st0 + t - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready,
-                                     empty, STAGES, SUBK, True)
-                        acc = acc + p_done * gl.expand_dims(f_prev, 1)
-                        p_free = p_done
-                    p_prev = p_new
-                    f_prev = f_new
-            p_done, acc = warpgroup_mma_wait(num_outstanding=0, deps=(p_prev, acc))
-            _release(st0 + b * NS + NS - 1, 0, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES,
-                     SUBK, True)
-            acc = acc + p_done * gl.expand_dims(f_prev, 1)
+        if FSM:  # (A has no words: placeholders that _blocks never reads)
+            wa_lo = wb_lo
+            wa_hi = wb_hi
+        acc, wa_lo, wa_hi, wb_lo, wb_hi = _blocks(
+            acc, wa_lo, wa_hi, wb_lo, wb_hi, 0, n_blk, n_stg, st0, q0, sh, sa_ptrs, sbt_ptr, a_desc, b_desc, a_row,
+            b_row, k0, a_bufs, b_bufs, ready, empty, f_bufs, STAGES, SUBK, NS, STATIC, CHEAP, FSM, FUNNEL, AROW, AROWS)
+        if TAIL:
+            acc, wa_lo, wa_hi, wb_lo, wb_hi = _blocks(
+                acc, wa_lo, wa_hi, wb_lo, wb_hi, n_blk * NS, n_blk2, n_stg, st0, q0, sh, sa_ptrs, sbt_ptr, a_desc,
+                b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, f_bufs, STAGES, SUBK, TNS, False, CHEAP, FSM,
+                FUNNEL, AROW, AROWS)
+        n_main = n_async
     elif MODE != 0:
         n_main = (nk // U) * U
         for j0 in range(0, n_main, U):
@@ -529,15 +562,32 @@ def _nt_tile(pid, offs_ptr, M, N, K, NUM_M_TILES, BM: gl.constexpr, BN: gl.const
 
 
 @gluon.jit
+def _pad_round(g, n_st, ready, empty, STAGES: gl.constexpr, PRODUCER: gl.constexpr):
+    """Static ring slots need every tile to start a ring round: a tile of n_st stages that ended at ring stage g
+    (all tiles) fills the rest of its last round with empty stages: the producer arrives on their ready barriers
+    without data, the consumers take them and release them as any other. Returns the stage count after them."""
+    for i in range(n_st, gl.cdiv(n_st, STAGES) * STAGES):
+        s = g % STAGES
+        if PRODUCER:
+            mbarrier.wait(empty.index(s), ((g // STAGES) & 1) ^ 1)
+            mbarrier.arrive(ready.index(s))
+        else:
+            mbarrier.wait(ready.index(s), (g // STAGES) & 1)
+            mbarrier.arrive(empty.index(s))
+        g += 1
+    return g
+
+
+@gluon.jit
 def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
                    stride_sbe, stride_sbn, stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
                    STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
                    SUBK: gl.constexpr, WS: gl.constexpr = 2, NW: gl.constexpr = 4, f_desc=None):
     """Persistent WS=2 grid (one CTA per SM, tiles pid, pid + grid, ...): the TMA warp runs ahead into the next
-    tile while the consumers store the last one. The ring runs on across tiles; the launcher guarantees that
-    for MODE 3 that every tile's steps fill whole blocks (K % (32 * SUBK * STAGES) == 0: static slots); MODE 4
-    (and every tail) counts the ring's stages across tiles. WS=1 (NW = 8 warps): one consumer partition of two
-    warpgroups running the same code (one copy of the mainloop: half the instruction-cache footprint of WS=2's
+    tile while the consumers store the last one. The ring runs on across tiles, its stages counted across tiles;
+    with static slots (MODE 3/6/11) each tile starts a ring round (PAD: the producer fills the rest of a tile's
+    last round with empty stages, which the consumers take and release). WS=1 (NW = 8 warps): one consumer partition
+    of two warpgroups running the same code (one copy of the mainloop: half the instruction-cache footprint of WS=2's
     two specialised partitions; the partition barriers Gluon inserts then span both warpgroups)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
@@ -547,6 +597,7 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=WS)
     n_tiles = NUM_M_TILES * gl.cdiv(N, BN)
+    PAD: gl.constexpr = (MODE == 3) or (MODE == 6) or (MODE == 11)  # static slots: tiles start ring rounds
     if f_desc is not None and WS == 1:  # MODE 10/11, one 8-warp consumer: A's factors ride with each stage
         f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
         gl.warp_specialize([
@@ -554,7 +605,7 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
                                    M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
                                    stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, NW, f_bufs)),
             (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
-                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, f_desc, f_bufs)),
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, PAD, f_desc, f_bufs)),
         ], [1], [40])
     elif f_desc is not None:  # MODE 10/11, two 4-warp consumers (WS=2)
         f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
@@ -566,7 +617,7 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
                                    M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
                                    stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, 4, f_bufs)),
             (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
-                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, f_desc, f_bufs)),
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, PAD, f_desc, f_bufs)),
         ], [4, 1], [240, 40])
     elif WS == 1:
         gl.warp_specialize([
@@ -574,7 +625,7 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
                                    M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
                                    stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, NW)),
             (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
-                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK)),
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, PAD)),
         ], [1], [40])
     else:
         gl.warp_specialize([
@@ -585,7 +636,7 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
                                    M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
                                    stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK)),
             (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
-                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK)),
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, PAD)),
         ], [4, 1], [240, 40])
     for i in gl.static_range(STAGES):
         mbarrier.invalidate(ready.index(i))
@@ -612,14 +663,18 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
         acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptr + rows * stride_sam,
                         stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True,
                         idx * HB, AROWS, False, n_done, f_bufs)
-        n_done += gl.cdiv(nk, SUBK)
+        n_st = gl.cdiv(nk, SUBK)
+        if (MODE == 3) or (MODE == 6) or (MODE == 11):
+            n_done = _pad_round(n_done + n_st, n_st, ready, empty, STAGES, False)
+        else:
+            n_done += n_st
         _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, NW)
 
 
 @gluon.jit
 def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES, n_tiles,
                          BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                         E: gl.constexpr, SUBK: gl.constexpr, f_desc=None, f_bufs=None):
+                         E: gl.constexpr, SUBK: gl.constexpr, PAD: gl.constexpr, f_desc=None, f_bufs=None):
     g = 0  # stages issued so far (all tiles)
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
@@ -630,6 +685,8 @@ def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr,
             _issue_load(a_desc, b_desc, row0, b_row, st * (SUBK * SK), ready.index(s), a_bufs.index(s),
                         b_bufs.index(s), True, f_desc, f_bufs, 0, s)
             g += 1
+        if PAD:  # static slots (MODE 3/6/11)
+            g = _pad_round(g, gl.cdiv(nk, SUBK), ready, empty, STAGES, True)
 
 
 @gluon.jit
@@ -744,6 +801,25 @@ def _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stri
 
 
 @gluon.jit
+def _wgrad_tile(pid, e, offs_ptr, M, N, K, BN: gl.constexpr, BK: gl.constexpr, GROUP_N: gl.constexpr):
+    """Tile pid of group e's dW -> (n0, k0, the group's tokens [start, end), its full 32-token steps
+    [first_full, last_full), their number nk)."""
+    num_n = gl.cdiv(N, BN)
+    num_k = gl.cdiv(K, BK)
+    width = GROUP_N * num_k
+    first_n = (pid // width) * GROUP_N
+    gsz = gl.minimum(num_n - first_n, GROUP_N)
+    nt = first_n + (pid % width) % gsz
+    kt = (pid % width) // gsz
+    end = gl.minimum(gl.load(offs_ptr + e), M)
+    start = gl.minimum(gl.maximum(gl.load(offs_ptr + e - 1, mask=e > 0, other=0), 0), end)
+    first_full = gl.cdiv(start, SK) * SK
+    last_full = (end // SK) * SK
+    nk = gl.maximum((last_full - first_full) // SK, 0)
+    return nt * BN, kt * BK, start, end, first_full, last_full, nk
+
+
+@gluon.jit
 def _wgrad_kernel(
     x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, f_desc, fpad_ptr,
     M, N, K,
@@ -757,24 +833,9 @@ def _wgrad_kernel(
     mma_layout: gl.constexpr = _mma_layout(BN, BK, num_warps)
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
 
-    pid = gl.program_id(0)
     e = gl.program_id(1)
-    num_n = gl.cdiv(N, BN)
-    num_k = gl.cdiv(K, BK)
-    width = GROUP_N * num_k
-    first_n = (pid // width) * GROUP_N
-    gsz = gl.minimum(num_n - first_n, GROUP_N)
-    nt = first_n + (pid % width) % gsz
-    kt = (pid % width) // gsz
-    n0 = nt * BN
-    k0 = kt * BK
-
-    end = gl.minimum(gl.load(offs_ptr + e), M)
-    start = gl.minimum(gl.maximum(gl.load(offs_ptr + e - 1, mask=e > 0, other=0), 0), end)
-
-    first_full = gl.cdiv(start, SK) * SK
-    last_full = (end // SK) * SK
-    nk = gl.maximum((last_full - first_full) // SK, 0)
+    n0, k0, start, end, first_full, last_full, nk = _wgrad_tile(gl.program_id(0), e, offs_ptr, M, N, K, BN, BK,
+                                                                GROUP_N)
     syt_ptr = sy_ptr + k0 * stride_syk
     if WS == 2:
         # two independent consumer warpgroups (rows n0 + [0, 64) and n0 + [64, 128) of dO^T, each with its own
@@ -814,7 +875,7 @@ def _wgrad_kernel(
             acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
                                n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
         f_off = 0
-        if MODE == 10:  # this group's column shift in the factor table (e8m0_group_table)
+        if (MODE == 10) or (MODE == 11):  # this group's column shift in the factor table (e8m0_group_table)
             f_off = gl.load(fpad_ptr + e)
         acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
                             BN, BK, STAGES, MODE, U, SUBK, WS, True, f_desc, f_off)
@@ -865,15 +926,15 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # An optional 9th entry WS: 0 = no warp specialization (the kernel's warps refill the TMA ring themselves),
 # 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (BM|BN = 128,
 # num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer. An optional 10th entry
-# (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6) = the persistent grid (MODE 3/6 only
-# where K % (32 * SUBK * STAGES) == 0, else the plain grid). MODE 10 (fprop/dgrad: persistent only; wgrad: WS=1
-# only) and MODE 11 (MODE 6's static ring with MODE 10's factors; persistent with K % 512 == 0 only): see _mainloop.
-# Defaults: fprop/dgrad (session 14, H100; benchmarks/results/issue10_h100_s14/NOTE.md) MODE 5 (word scales +
-# stage-wise E8M0 decode) with two 4-warp consumers on the persistent grid; wgrad (session 24,
-# benchmarks/results/issue10_s24/NOTE.md) MODE 10, U = 16, one 8-warp consumer, dO^T's factors through shared memory
-# with each TMA stage: +6.6 to +11.8% over MODE 5 in all six cells (fprop/dgrad MODE 10: -1 to +2%, not taken).
-# MODE 3-6 and 10 on scales that cannot be read as words run MODE 2 (_mode3_fallback).
-DEFAULT_CONFIG = (128, 128, 4, 8, 5, 8, 4, 4, 2, 1)
+# (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6/10/11) = the persistent grid. MODE 10
+# (fprop/dgrad: persistent only; wgrad: WS=1 only) and MODE 11 (MODE 6's static ring with MODE 10's factors;
+# persistent only): see _mainloop.
+# Defaults: fprop/dgrad (session 25, H100; benchmarks/results/issue10_s25/NOTE.md) MODE 11: the static ring with A's
+# factors through shared memory, one 8-warp consumer, persistent (+3 to +12% over session 14's MODE 5 with two
+# 4-warp consumers in every cell of three runs); wgrad (session 24, benchmarks/results/issue10_s24/NOTE.md) MODE 10,
+# U = 16, one 8-warp consumer, dO^T's factors through shared memory with each TMA stage: +6.6 to +11.8% over MODE 5
+# in all six cells. MODE 3-6, 10 and 11 on scales that cannot be read as words run MODE 2 (_mode3_fallback).
+DEFAULT_CONFIG = (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)
 WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 10, 16, 4, 8, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
@@ -1053,16 +1114,16 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     _tma_operand(who, "B", b2)
     num_m = (M + BM - 1) // BM + E + 1  # each group adds at most one partial tile; then the padding rows
     grid = (num_m * ((C + BN - 1) // BN),)
-    # persistent grid (asked for by the config): MODE 4, or MODE 3 with whole blocks per tile; else the plain grid
+    # persistent grid (asked for by the config) for MODE 3-6/10/11 with WS; else the plain grid
     persist = _persist(config or DEFAULT_CONFIG) and (WS == 2 or (WS == 1 and warps == 8 and BM == 128)) and (
-        MODE in (4, 5, 10) or (MODE in (3, 6, 11) and R % (SK.value * SUBK * STAGES) == 0))
+        MODE in (3, 4, 5, 6, 10, 11))
     if persist:
         grid = (min(grid[0], torch.cuda.get_device_properties(a.device).multi_processor_count),)
     f_desc = None
     if MODE in (10, 11):
         if not persist:
-            _fail(who, f"MODE {MODE} (A's factors by TMA) runs on the persistent grid only (MODE 11: with K a multiple "
-                       f"of {SK.value * SUBK * STAGES}, got {R})")
+            _fail(who, f"MODE {MODE} (A's factors by TMA) runs on the persistent grid only: config {tuple(config)} "
+                       f"needs a 10th entry 1 and WS=2, or WS=1 with 8 warps and BM=128")
         f_desc = _factor_desc(e8m0_table(sa), BM)
     _nt_grouped_kernel[grid](
         _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs, f_desc,
@@ -1090,6 +1151,10 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
     (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
+    if _persist(config or WGRAD_DEFAULT_CONFIG):
+        # a persistent wgrad (MODE 10/11, the ring running on across tiles) measured 0.90-0.98x the plain grid
+        # (sessions 24, 25: benchmarks/results/issue10_s25/call3) and was not kept
+        _fail(who, f"wgrad has no persistent grid (10th config entry of {tuple(config)})")
     BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps = _mode3_fallback((BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps),
                                                                     sx, sy)
     if BK != COL_TILE:
@@ -1100,9 +1165,9 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     _tma_operand(who, "A^T", y)
     grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)
     f_desc = f_pad = None
-    if MODE == 10:
+    if MODE in (10, 11):
         if WS != 1:
-            _fail(who, "MODE 10 (A's factors by TMA) runs with one consumer partition (WS=1) only")
+            _fail(who, f"MODE {MODE} (A's factors by TMA) runs with one consumer partition (WS=1) only")
         table, f_pad = e8m0_group_table(sx, offs, M)
         f_desc = _factor_desc(table, BN)
     _wgrad_kernel[grid](
@@ -1148,7 +1213,7 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
                    c_ptr="*" + out_dtype, offs_ptr="*i32", f_desc=fdesc(BM), M=i32, N=i32, K=i32, NUM_M_TILES=i32,
                    stride_sam=i32, stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
         cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, WS=WS,
-                  num_warps=warps, PERSIST=_persist(config))
+                  num_warps=warps, PERSIST=_persist(config or DEFAULT_CONFIG))
         fn = _nt_grouped_kernel
     else:
         (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)

@@ -63,7 +63,8 @@ NEW_NT = [(128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 8, 4, 4, 2), (
           (128, 128, 4, 8, 10, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 8, 4, 8, 1, 1),
           (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)]  # MODE 11 = MODE 6's static ring with MODE 10's factors
 NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
-             (128, 128, 4, 8, 10, 16, 4, 8, 1)]
+             (128, 128, 4, 8, 10, 16, 4, 8, 1),
+             (128, 128, 4, 8, 11, 16, 4, 8, 1), (128, 128, 5, 8, 11, 16, 4, 8, 1)]  # session 25: MODE 11, 4/5 stages
 
 
 def _sync_config():
@@ -185,10 +186,10 @@ def test_stagewise_e8m0_decode_is_exact():
 
 
 def test_defaults_are_the_measured_configs():
-    """The defaults are the configs measured fastest on the H100 (NOTES.md "Gluon mx32": fprop/dgrad session 14,
-    wgrad MODE 10 session 24); changing them needs a new measurement, so the test pins them."""
+    """The defaults are the configs measured fastest on the H100 (NOTES.md "Gluon mx32": fprop/dgrad MODE 11
+    session 25, wgrad MODE 10 session 24); changing them needs a new measurement, so the test pins them."""
     from kernels.grouped_gemm.gluon_mx import DEFAULT_CONFIG, WGRAD_DEFAULT_CONFIG
-    assert DEFAULT_CONFIG == (128, 128, 4, 8, 5, 8, 4, 4, 2, 1)
+    assert DEFAULT_CONFIG == (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)
     assert WGRAD_DEFAULT_CONFIG == (128, 128, 4, 8, 10, 16, 4, 8, 1)
 
 

@@ -44,13 +44,16 @@ M6_W1 = (128, 128, 4, 8, 6, 16, 4, 8, 1)
 # MODE 10 (session 24): A's factors as fp32 through shared memory with each TMA stage (e8m0_table)
 M10_PERSIST = (128, 128, 4, 8, 10, 8, 4, 4, 2, 1)
 M10_WGRAD = (128, 128, 4, 8, 10, 16, 4, 8, 1)
-# MODE 11 = MODE 6 (static ring) with MODE 10's factors, one 8-warp consumer, persistent (K = 512 only: whole
-# rounds per tile); candidates prepared without a GPU in session 24, first run next session
+# MODE 11 = MODE 6 (static ring) with MODE 10's factors, one 8-warp consumer, persistent (session 25: any K, each
+# tile's last ring round padded with empty stages)
 M11_W1_PERSIST = (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)
 M10_W1_PERSIST = (128, 128, 4, 8, 10, 8, 4, 8, 1, 1)
 NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1, M10_PERSIST, M10_W1_PERSIST]
+# session 25: wgrad MODE 11 (static ring: 16-step blocks, then 2-stage blocks on dynamic slots), also with five
+# ring stages (20-step static blocks)
+M11_S5 = (128, 128, 5, 8, 11, 16, 4, 8, 1)
 NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
-             M10_WGRAD]
+             M10_WGRAD, (128, 128, 4, 8, 11, 16, 4, 8, 1), M11_S5]
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
               (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M4_WS2, M4_U4, M4_PERSIST, M3_PERSIST,
               M4_U16_PERSIST, M4_S5_PERSIST] + NEW_NT
@@ -234,13 +237,39 @@ def test_e8m0_group_table_puts_every_group_on_an_aligned_column(seed):
 @pytest.mark.parametrize("K", [512, 1024])
 def test_mode11_candidate_bit_exact_with_special_scales(K):
     """MODE 11 (static ring + factors through shared memory, one 8-warp consumer, persistent) equals MODE 4 bit for
-    bit with the special E8M0 bytes, as the other new configs do; it needs K a multiple of 512 (whole ring rounds
-    per tile: test below)."""
+    bit with the special E8M0 bytes, as the other new configs do (other K: the persistent test below)."""
     test_new_nt_configs_bit_exact_with_special_scales(M11_W1_PERSIST, K)
 
 
-def test_mode11_refuses_k_without_whole_rounds():
+@pytest.mark.parametrize("config", [M11_W1_PERSIST, M6_W1_PERSIST, M3_PERSIST, M11_S5 + (1,)], ids=_cid)
+@pytest.mark.parametrize("K", [640, 768, 2816])
+def test_static_ring_persistent_at_any_k_bit_exact(config, K):
+    """Static ring slots on the persistent grid at K without whole ring rounds (20, 24 and 88 steps of 32: a
+    synchronous last stage, a 2-stage block on dynamic slots, both after whole rounds) and N = 2048 (256 tiles on
+    132 SMs: CTAs run on into a second tile, after the producer padded the first tile's last round with empty
+    stages): bit for bit MODE 4's output (whose dynamic ring needs no padding), finite rows within the float64
+    reference's tolerance."""
     from kernels.grouped_gemm.gluon_mx import launch_nt
-    ad, as_, wd, ws, offs = special_scale_operands(640)
-    with pytest.raises(ValueError, match="MODE 11 .*multiple of 512, got 640"):
-        launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M11_W1_PERSIST)
+    ad, as_, wd, ws, offs = special_scale_operands(K, N=2048)
+    ref = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M4_PERSIST)
+    poison_allocator()
+    out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, config)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
+    check_special_vs_reference(out, ad, as_, wd, ws, offs)
+
+
+def test_mode11_needs_the_persistent_grid():
+    from kernels.grouped_gemm.gluon_mx import launch_nt
+    ad, as_, wd, ws, offs = special_scale_operands(512)
+    with pytest.raises(ValueError, match="MODE 11 .*persistent grid only.*10th entry"):
+        launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M11_W1_PERSIST[:9])
+
+
+
+def test_wgrad_refuses_a_persistent_config():
+    from kernels.grouped_gemm.gluon_mx import WGRAD_DEFAULT_CONFIG, launch_wgrad
+    offs = group_offs([64, 64])
+    xt, xs = quant(torch.randn(128, 128, device="cuda").t(), (32, 128))
+    dt, ds = quant(torch.randn(128, 128, device="cuda").t(), (32, 1))
+    with pytest.raises(ValueError, match="wgrad has no persistent grid"):
+        launch_wgrad(dt, ds, xt, xs, offs, torch.float32, tuple(WGRAD_DEFAULT_CONFIG[:9]) + (1,))
