@@ -89,12 +89,20 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     # the wgrad default's does), persistent where K % 512 == 0; MODE 10 with one 8-warp consumer, U = 8
     "m11w1p": ((128, 128, 4, 8, 11, 16, 4, 8, 1, 1), None),
     "m10w1p": ((128, 128, 4, 8, 10, 8, 4, 8, 1, 1), None),
+    # MODE 12 = MODE 11 with B's factors as fp32 (a [tiles, steps] table, 4 per stage in one 16-byte load): no
+    # scale decode left in the loop (SASS per step: fprop/dgrad 77.5 vs 81.1, wgrad 78.1 vs 83.2)
+    "m12": ((128, 128, 4, 8, 12, 16, 4, 8, 1, 1), (128, 128, 4, 8, 12, 16, 4, 8, 1)),
+    # the defaults with 4 / 16 row (column) tiles per group of the tile order instead of 8 (L2 reuse)
+    "g4": ((128, 128, 4, 4, 11, 16, 4, 8, 1, 1), (128, 128, 4, 4, 10, 16, 4, 8, 1)),
+    "g16": ((128, 128, 4, 16, 11, 16, 4, 8, 1, 1), (128, 128, 4, 16, 10, 16, 4, 8, 1)),
     # session 25: wgrad MODE 11 (static ring) on the plain grid (a persistent wgrad grid, MODE 10 or 11, measured
-    # 0.90-0.98x the default and is gone)
+    # 0.93-0.99x the default and is gone)
     "w11": (None, (128, 128, 4, 8, 11, 16, 4, 8, 1)),
     # MODE 11 with a fifth ring stage (20-step static blocks; ncu: the wgrad consumer waits on the TMA more than
     # fprop's does)
     "m11s5": ((128, 128, 5, 8, 11, 16, 4, 8, 1, 1), (128, 128, 5, 8, 11, 16, 4, 8, 1)),
+    # the defaults after session 25's call 7 (fprop/dgrad MODE 11, wgrad MODE 10 with 2-stage tail blocks)
+    "s25a": ((128, 128, 4, 8, 11, 16, 4, 8, 1, 1), (128, 128, 4, 8, 10, 16, 4, 8, 1)),
     # the defaults of session 24 (fprop/dgrad MODE 5 with two 4-warp consumers, persistent; wgrad MODE 10)
     "s24": ((128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 16, 4, 8, 1)),
     # the defaults of session 13 (MODE 4: fprop/dgrad two consumers on the persistent grid, wgrad two consumers)

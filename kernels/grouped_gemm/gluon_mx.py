@@ -188,6 +188,27 @@ def _stage_rows(f_bufs, slot, AROW: gl.constexpr, AROWS: gl.constexpr, NCOL: gl.
 
 
 @gluon.jit
+def _f32x4(base, off):
+    """MODE 12: the 4 fp32 B factors of one stage at base + off (off a multiple of 4: one 16-byte load), the same
+    for every thread (a broadcast load: each thread holds all 4), as a [1, 4] tensor. Unmasked: the launcher pads
+    the table by a stage, so the load one stage past a tile's last stays inside it."""
+    lay: gl.constexpr = gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32, 1],
+                                         warps_per_cta=[gl.num_warps(), 1], order=[1, 0])
+    cols = gl.expand_dims(gl.arange(0, 4, layout=gl.SliceLayout(0, lay)), 0)
+    offs = gl.max_contiguous(gl.multiple_of(off + cols, [1, 4]), [1, 4])
+    return gl.load(base + offs)
+
+
+@gluon.jit
+def _split4(v):
+    """[1, 4] (_f32x4) -> its 4 values as scalars (each thread holds all of them: no data moves)."""
+    lo, hi = gl.split(v.reshape([1, 2, 2]))  # (v0, v2) and (v1, v3)
+    c0, c2 = gl.split(lo)
+    c1, c3 = gl.split(hi)
+    return gl.max(c0, axis=0), gl.max(c1, axis=0), gl.max(c2, axis=0), gl.max(c3, axis=0)
+
+
+@gluon.jit
 def _mma_step(j, sub: gl.constexpr, acc, a_bufs, b_bufs, ready, STAGES: gl.constexpr, SUBK: gl.constexpr,
               FRESH: gl.constexpr, p_free, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0, st0=0):
     """Issue the wgmma of step j (32 of K; sub = j % SUBK, static) asynchronously into a partial
@@ -256,16 +277,17 @@ def _producer(a_desc, b_desc, a_row, b_row, k0, n_st, a_bufs, b_bufs, ready, emp
 @gluon.jit
 def _consumer(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs,
               ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr,
-              FUNNEL: gl.constexpr, f_bufs=None):
+              FUNNEL: gl.constexpr, f_bufs=None, fbt_ptr=None, fb_off=0):
     # the default partition's results travel as a tuple
     return (_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk, a_bufs,
-                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, 0, 0, FUNNEL, 0, f_bufs), )
+                      b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, 0, 0, FUNNEL, 0, f_bufs, fbt_ptr, fb_off), )
 
 
 @gluon.jit
 def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
                   BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                  SUBK: gl.constexpr, WS: gl.constexpr, FUNNEL: gl.constexpr = False, f_desc=None, f_off=0):
+                  SUBK: gl.constexpr, WS: gl.constexpr, FUNNEL: gl.constexpr = False, f_desc=None, f_off=0,
+                  fbt_ptr=None, fb_off=0):
     """Allocate the TMA ring and run the mainloop: in the kernel's own warps (each refills the ring behind
     itself, with the CTA barriers Gluon inserts around the TMA issue), or (WS) with a 1-warp TMA producer
     partition and the mainloop in the default partition, which only waits for full slots and releases them."""
@@ -276,7 +298,17 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
     for i in gl.static_range(STAGES):
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=1)
-    if f_desc is not None:  # MODE 10: A's factors ride with each stage
+    if f_desc is not None and fbt_ptr is not None:  # MODE 12: and B's factors as fp32 (global loads)
+        gl.static_assert(WS != 0, "MODE 12 needs the TMA producer partition")
+        f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
+        res = gl.warp_specialize([
+            (_consumer, (acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
+                         a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, FUNNEL, f_bufs, fbt_ptr, fb_off)),
+            (_producer, (a_desc, b_desc, a_row, b_row, k0, gl.cdiv(nk, SUBK), a_bufs, b_bufs, ready, empty,
+                         STAGES, SUBK, f_desc, f_bufs, f_off)),
+        ], [1], [24])
+        acc = res[0]
+    elif f_desc is not None:  # MODE 10: A's factors ride with each stage
         gl.static_assert(WS != 0, "MODE 10 needs the TMA producer partition")
         f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
         res = gl.warp_specialize([
@@ -307,10 +339,11 @@ def _run_mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak
 def _blocks(acc, wa_lo, wa_hi, wb_lo, wb_hi, t0, n_b, n_stg, st0, q0, sh, sa_ptrs, sbt_ptr, a_desc, b_desc, a_row,
             b_row, k0, a_bufs, b_bufs, ready, empty, f_bufs, STAGES: gl.constexpr, SUBK: gl.constexpr,
             NS: gl.constexpr, STATIC: gl.constexpr, CHEAP: gl.constexpr, FSM: gl.constexpr, FUNNEL: gl.constexpr,
-            AROW: gl.constexpr, AROWS: gl.constexpr):
+            AROW: gl.constexpr, AROWS: gl.constexpr, FB: gl.constexpr = False, fbt_ptr=None, fb_off=0):
     """MODE 3-6/10/11's mainloop body: n_b blocks of NS stages from stage t0 of this mainloop (n_stg stages in all
     run in blocks), unrolled; the scale words (wa_*, wb_*) ride along. STATIC: the block is one ring round on
-    static slots (t0 and st0 whole rounds). Returns (acc, wa_lo, wa_hi, wb_lo, wb_hi)."""
+    static slots (t0 and st0 whole rounds). FB (MODE 12): B's factors as fp32 from fbt_ptr + fb_off (4 per stage,
+    one stage ahead in wb_hi) instead of B's words. Returns (acc, wa_lo, wa_hi, wb_lo, wb_hi)."""
     for b in range(n_b):
         ph = (st0 // STAGES + t0 // STAGES + b) & 1  # STATIC; st0: stages this ring ran before (persistent grid)
         p_prev = acc  # (placeholders: set at step 0 before their first use)
@@ -318,7 +351,10 @@ def _blocks(acc, wa_lo, wa_hi, wb_lo, wb_hi, t0, n_b, n_stg, st0, q0, sh, sa_ptr
         f_prev = gl.full([acc.shape[0]], 0.0, gl.float32, layout=gl.SliceLayout(1, acc.type.layout))
         for s in gl.static_range(NS):
             t = t0 + b * NS + s
-            if FUNNEL:
+            if FB:  # this stage's 4 B factors; the next stage's are loaded now
+                fb0, fb1, fb2, fb3 = _split4(wb_hi)
+                wb_hi = _f32x4(fbt_ptr, fb_off + 4 * (t + 1))
+            elif FUNNEL:
                 if not FSM:
                     wa = _funnel(wa_lo, wa_hi, sh)
                     wa_lo = wa_hi
@@ -339,7 +375,8 @@ def _blocks(acc, wa_lo, wa_hi, wb_lo, wb_hi, t0, n_b, n_stg, st0, q0, sh, sa_ptr
             if CHEAP:  # MODE 5: the stage's decode pass (one PRMT per step below)
                 if not FSM:
                     ha, la = _e8m0_prep(wa)
-                hb, lb = _e8m0_prep(wb)
+                if not FB:
+                    hb, lb = _e8m0_prep(wb)
             for sub in gl.static_range(SUBK):
                 u = s * SUBK + sub
                 # MODE 2's register reuse: wgmma u overwrites partial u-2 (already promoted)
@@ -353,7 +390,10 @@ def _blocks(acc, wa_lo, wa_hi, wb_lo, wb_hi, t0, n_b, n_stg, st0, q0, sh, sa_ptr
                     if sub == 0:  # the stage has landed (_mma_step waited): its rows' 4 factors
                         slot = s if STATIC else (st0 + t) % STAGES
                         fa0, fa1, fa2, fa3 = _stage_rows(f_bufs, slot, AROW, AROWS, acc.shape[1])
-                    f_new = _pick4(fa0, fa1, fa2, fa3, sub) * _e8m0_pick(hb, lb, sub)
+                    if FB:
+                        f_new = _pick4(fa0, fa1, fa2, fa3, sub) * _pick4(fb0, fb1, fb2, fb3, sub)
+                    else:
+                        f_new = _pick4(fa0, fa1, fa2, fa3, sub) * _e8m0_pick(hb, lb, sub)
                 elif CHEAP:
                     f_new = _e8m0_pick(ha, la, sub) * _e8m0_pick(hb, lb, sub)
                 else:
@@ -379,7 +419,7 @@ def _blocks(acc, wa_lo, wa_hi, wb_lo, wb_hi, t0, n_b, n_stg, st0, q0, sh, sa_ptr
 def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sbt_ptr, stride_sbk,
               a_bufs, b_bufs, ready, empty, STAGES: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
               SUBK: gl.constexpr, WS: gl.constexpr, AROW: gl.constexpr = 0, AROWS: gl.constexpr = 0,
-              FUNNEL: gl.constexpr = False, st0=0, f_bufs=None):
+              FUNNEL: gl.constexpr = False, st0=0, f_bufs=None, fbt_ptr=None, fb_off=0):
     """acc += sum over nk steps of 32 (reduction from k0) of (A[a_row:+BM, k] @ B[b_row:+BN, k]^T) * f_k with
     f_k = e8m0(sa_ptrs[k/32]) * e8m0(sbt_ptr[k/32]) per row. Uses each ring barrier's phase from 0, so a CTA
     calls it once (fresh barriers). One TMA stage holds SUBK steps ([BM, 32*SUBK] boxes; the wgmmas read
@@ -395,7 +435,8 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     (static slots; measured slower: instruction cache). MODE 5/6 = MODE 4/3 with the stage-wise E8M0 decode
     (_e8m0_prep once per stage word, one _e8m0_pick = PRMT per step; bit-identical factors). MODE 10 = MODE 5 with
     A's factors from f_bufs (fp32, filled by the producer's TMA with each stage; B keeps its words); MODE 11 = MODE 6
-    with them (the fprop/dgrad default). Static slots (MODE 3/6/11) run whole ring rounds, then blocks of 2 stages
+    with them; MODE 12 = MODE 11 with B's factors as fp32 too (fbt_ptr + fb_off: 4 per stage, one 16-byte load; the
+    default). Static slots (MODE 3/6/11) run whole ring rounds, then blocks of 2 stages
     on dynamic slots (_blocks). st0: ring stages used before this call (persistent grid; a multiple of STAGES with
     static slots);
     FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
@@ -415,12 +456,14 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
         # (dynamic slots). Both read the scales of a stage as one int32 per row (4 E8M0 bytes), one stage ahead.
         gl.static_assert(SUBK == 4, "MODE 3/4 read a stage's 4 scale bytes as one word")
         gl.static_assert(WS != 0, "MODE 3/4 need the TMA producer partition (WS)")
-        STATIC: gl.constexpr = (MODE == 3) or (MODE == 6) or (MODE == 11)
+        STATIC: gl.constexpr = (MODE == 3) or (MODE == 6) or (MODE == 11) or (MODE == 12)
         # MODE 5 = MODE 4, MODE 6 = MODE 3, with the stage-wise E8M0 decode (_e8m0_prep / _e8m0_pick)
-        CHEAP: gl.constexpr = (MODE == 5) or (MODE == 6) or (MODE == 10) or (MODE == 11)
+        CHEAP: gl.constexpr = (MODE == 5) or (MODE == 6) or (MODE == 10) or (MODE == 11) or (MODE == 12)
         # MODE 10 = MODE 5 (MODE 11 = MODE 6) with A's factors from shared memory (fp32, loaded by TMA with each
         # stage: no A words, no A decode); B's word as in MODE 5
-        FSM: gl.constexpr = ((MODE == 10) or (MODE == 11)) and (f_bufs is not None)  # (else: a dead path)
+        FSM: gl.constexpr = ((MODE == 10) or (MODE == 11) or (MODE == 12)) and (f_bufs is not None)  # (else: dead)
+        # MODE 12 = MODE 11 with B's factors as fp32 (a [tiles, steps] table: 4 per stage, one 16-byte load)
+        FB: gl.constexpr = (MODE == 12) and (fbt_ptr is not None)
         BLK: gl.constexpr = STAGES * SUBK if STATIC else U
         gl.static_assert(BLK % SUBK == 0, "blocks of whole stages")
         NS: gl.constexpr = BLK // SUBK
@@ -439,7 +482,10 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
         n_stg = n_async // SUBK
         q0 = kb0 // 4
         sh = (kb0 % 4) * 8
-        if FUNNEL:
+        if FB:
+            wb_hi = _f32x4(fbt_ptr, fb_off + kb0)
+            wb_lo = wb_hi
+        elif FUNNEL:
             if not FSM:
                 wa_lo = _word(sa_ptrs, q0, n_stg > 0)
                 wa_hi = _word(sa_ptrs, q0 + 1, (n_stg > 0) & (sh != 0) | (n_stg > 1))
@@ -456,12 +502,13 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
             wa_hi = wb_hi
         acc, wa_lo, wa_hi, wb_lo, wb_hi = _blocks(
             acc, wa_lo, wa_hi, wb_lo, wb_hi, 0, n_blk, n_stg, st0, q0, sh, sa_ptrs, sbt_ptr, a_desc, b_desc, a_row,
-            b_row, k0, a_bufs, b_bufs, ready, empty, f_bufs, STAGES, SUBK, NS, STATIC, CHEAP, FSM, FUNNEL, AROW, AROWS)
+            b_row, k0, a_bufs, b_bufs, ready, empty, f_bufs, STAGES, SUBK, NS, STATIC, CHEAP, FSM, FUNNEL, AROW, AROWS,
+            FB, fbt_ptr, fb_off + kb0)
         if TAIL:
             acc, wa_lo, wa_hi, wb_lo, wb_hi = _blocks(
                 acc, wa_lo, wa_hi, wb_lo, wb_hi, n_blk * NS, n_blk2, n_stg, st0, q0, sh, sa_ptrs, sbt_ptr, a_desc,
                 b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, f_bufs, STAGES, SUBK, TNS, False, CHEAP, FSM,
-                FUNNEL, AROW, AROWS)
+                FUNNEL, AROW, AROWS, FB, fbt_ptr, fb_off + kb0)
         n_main = n_async
     elif MODE != 0:
         n_main = (nk // U) * U
@@ -582,7 +629,8 @@ def _pad_round(g, n_st, ready, empty, STAGES: gl.constexpr, PRODUCER: gl.constex
 def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
                    stride_sbe, stride_sbn, stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
                    STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                   SUBK: gl.constexpr, WS: gl.constexpr = 2, NW: gl.constexpr = 4, f_desc=None):
+                   SUBK: gl.constexpr, WS: gl.constexpr = 2, NW: gl.constexpr = 4, f_desc=None, fb_ptr=None,
+                   stride_fbr=0):
     """Persistent WS=2 grid (one CTA per SM, tiles pid, pid + grid, ...): the TMA warp runs ahead into the next
     tile while the consumers store the last one. The ring runs on across tiles, its stages counted across tiles;
     with static slots (MODE 3/6/11) each tile starts a ring round (PAD: the producer fills the rest of a tile's
@@ -597,13 +645,14 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
         mbarrier.init(ready.index(i), count=1)
         mbarrier.init(empty.index(i), count=WS)
     n_tiles = NUM_M_TILES * gl.cdiv(N, BN)
-    PAD: gl.constexpr = (MODE == 3) or (MODE == 6) or (MODE == 11)  # static slots: tiles start ring rounds
+    PAD: gl.constexpr = (MODE == 3) or (MODE == 6) or (MODE == 11) or (MODE == 12)  # static: tiles start rounds
     if f_desc is not None and WS == 1:  # MODE 10/11, one 8-warp consumer: A's factors ride with each stage
         f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
         gl.warp_specialize([
             (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
                                    M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
-                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, NW, f_bufs)),
+                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, NW, f_bufs,
+                                   fb_ptr, stride_fbr)),
             (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
                                     n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, PAD, f_desc, f_bufs)),
         ], [1], [40])
@@ -648,7 +697,7 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
                         offs_ptr, M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
                         stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                         GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                        SUBK: gl.constexpr, NW: gl.constexpr = 4, f_bufs=None):
+                        SUBK: gl.constexpr, NW: gl.constexpr = 4, f_bufs=None, fb_ptr=None, stride_fbr=0):
     """Consumer of the persistent grid: NW = 4: rows idx*BM/2 + [0, BM/2) of each tile (WS=2, one of two
     partitions); NW = 8: all BM rows, one 64-row half per warpgroup (WS=1, the same code for both)."""
     HB: gl.constexpr = BM // 2 if NW == 4 else BM
@@ -659,12 +708,17 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
         expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
         rows = gl.minimum(base + idx * HB + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), M - 1)
         sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
+        fbt_ptr = None
+        fb_off = 0
+        if MODE == 12:  # the tile's row of B's factor table
+            fbt_ptr = fb_ptr
+            fb_off = (gl.maximum(expert, 0) * gl.cdiv(N, BN) + nt) * stride_fbr
         acc = gl.zeros([HB, BN], gl.float32, mma_layout)
         acc = _mainloop(acc, a_desc, b_desc, row0, expert * N + nt * BN, 0, nk, sa_ptr + rows * stride_sam,
                         stride_sak, sbt_ptr, stride_sbk, a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True,
-                        idx * HB, AROWS, False, n_done, f_bufs)
+                        idx * HB, AROWS, False, n_done, f_bufs, fbt_ptr, fb_off)
         n_st = gl.cdiv(nk, SUBK)
-        if (MODE == 3) or (MODE == 6) or (MODE == 11):
+        if (MODE == 3) or (MODE == 6) or (MODE == 11) or (MODE == 12):
             n_done = _pad_round(n_done + n_st, n_st, ready, empty, STAGES, False)
         else:
             n_done += n_st
@@ -691,9 +745,9 @@ def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr,
 
 @gluon.jit
 def _nt_grouped_kernel(
-    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, f_desc,
+    a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, f_desc, fb_ptr,
     M, N, K, NUM_M_TILES,
-    stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm,
+    stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm, stride_fbr,
     BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
     MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
     PERSIST: gl.constexpr = False,
@@ -709,7 +763,7 @@ def _nt_grouped_kernel(
                          "the persistent grid runs two 4-warp consumers (WS=2) or one 8-warp consumer (WS=1)")
         _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
                        stride_sbe, stride_sbn, stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, WS,
-                       num_warps, f_desc)
+                       num_warps, f_desc, fb_ptr, stride_fbr)
         return
     expert, row0, base, lo, hi, nt, nk = _nt_tile(gl.program_id(0), offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M,
                                                   E)
@@ -821,9 +875,9 @@ def _wgrad_tile(pid, e, offs_ptr, M, N, K, BN: gl.constexpr, BK: gl.constexpr, G
 
 @gluon.jit
 def _wgrad_kernel(
-    x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, f_desc, fpad_ptr,
+    x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, f_desc, fpad_ptr, fb_ptr,
     M, N, K,
-    stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt, stride_ce, stride_cn,
+    stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt, stride_ce, stride_cn, stride_fbr,
     BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, MODE: gl.constexpr,
     U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
 ):
@@ -875,10 +929,15 @@ def _wgrad_kernel(
             acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
                                n0, k0, (start // SK) * SK, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
         f_off = 0
-        if (MODE == 10) or (MODE == 11):  # this group's column shift in the factor table (e8m0_group_table)
+        if (MODE == 10) or (MODE == 11) or (MODE == 12):  # the group's column shift in the factor tables
             f_off = gl.load(fpad_ptr + e)
+        fbt_ptr = None
+        fb_off = 0
+        if MODE == 12:  # the k-tile's row of Y's factor table, shifted as the group's columns are
+            fbt_ptr = fb_ptr
+            fb_off = (k0 // BK) * stride_fbr + f_off
         acc = _run_mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
-                            BN, BK, STAGES, MODE, U, SUBK, WS, True, f_desc, f_off)
+                            BN, BK, STAGES, MODE, U, SUBK, WS, True, f_desc, f_off, fbt_ptr, fb_off)
         if (end % SK != 0) & (last_full >= first_full) & (start < end):
             acc = _masked_step(acc, x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt,
                                n0, k0, last_full, start, end, N, K, xm_buf, ym_buf, BN, BK, num_warps)
@@ -929,13 +988,14 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6/10/11) = the persistent grid. MODE 10
 # (fprop/dgrad: persistent only; wgrad: WS=1 only) and MODE 11 (MODE 6's static ring with MODE 10's factors;
 # persistent only): see _mainloop.
-# Defaults: fprop/dgrad (session 25, H100; benchmarks/results/issue10_s25/NOTE.md) MODE 11: the static ring with A's
-# factors through shared memory, one 8-warp consumer, persistent (+3 to +12% over session 14's MODE 5 with two
-# 4-warp consumers in every cell of three runs); wgrad (session 24, benchmarks/results/issue10_s24/NOTE.md) MODE 10,
-# U = 16, one 8-warp consumer, dO^T's factors through shared memory with each TMA stage: +6.6 to +11.8% over MODE 5
-# in all six cells. MODE 3-6, 10 and 11 on scales that cannot be read as words run MODE 2 (_mode3_fallback).
-DEFAULT_CONFIG = (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)
-WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 10, 16, 4, 8, 1)
+# Defaults (session 25, H100; benchmarks/results/issue10_s25/NOTE.md): MODE 12 for all three GEMMs: the static
+# ring with A's factors through shared memory (MODE 11) and B's factors as fp32 from a [tiles, steps] table, one
+# 8-warp consumer; fprop/dgrad on the persistent grid. MODE 11 fprop/dgrad was +3 to +15% over session 14's MODE 5
+# with two 4-warp consumers in every cell of three runs; MODE 12 +0.7 to +5.8% over MODE 11 (fprop/dgrad) and over
+# session 24's MODE 10 wgrad in all 18 cells of one run. MODE 3-6 and 10-12 on scales that cannot be read as words
+# run MODE 2 (_mode3_fallback).
+DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
+WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
 
@@ -1017,6 +1077,15 @@ def e8m0_group_table(s, offs, tokens):
     return out, pad
 
 
+def _padded(table):
+    """MODE 12's B-factor table with one more stage (4 columns) per row: the kernel loads each stage's 4 factors one
+    stage ahead without a mask, so the load past a tile's last stage must stay inside the table. Rows stay a
+    multiple of 4 columns (16-byte aligned loads)."""
+    import torch
+
+    return torch.nn.functional.pad(table, (0, -table.shape[1] % 4 + 4))
+
+
 def _factor_desc(table, rows):
     """MODE 10: a TMA descriptor over a factor table (e8m0_table / e8m0_group_table) with [rows, 4] boxes (one
     stage of 4 steps per row)."""
@@ -1074,8 +1143,8 @@ def _words_ok(*scales):
 
 
 def _mode3_fallback(cfg, *scales):
-    """MODE 3-6 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
-    if cfg[4] in (3, 4, 5, 6, 10, 11) and not _words_ok(*scales):
+    """MODE 3-6 and 10-12 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
+    if cfg[4] in (3, 4, 5, 6, 10, 11, 12) and not _words_ok(*scales):
         return cfg[:4] + (2, 8) + cfg[6:]
     return cfg
 
@@ -1116,19 +1185,24 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
     grid = (num_m * ((C + BN - 1) // BN),)
     # persistent grid (asked for by the config) for MODE 3-6/10/11 with WS; else the plain grid
     persist = _persist(config or DEFAULT_CONFIG) and (WS == 2 or (WS == 1 and warps == 8 and BM == 128)) and (
-        MODE in (3, 4, 5, 6, 10, 11))
+        MODE in (3, 4, 5, 6, 10, 11, 12))
     if persist:
         grid = (min(grid[0], torch.cuda.get_device_properties(a.device).multi_processor_count),)
-    f_desc = None
-    if MODE in (10, 11):
+    f_desc, fb, stride_fbr = None, sb, 0
+    if MODE == 12 and not (persist and WS == 1):
+        _fail(who, f"MODE 12 runs with one 8-warp consumer (WS=1) on the persistent grid only; config {tuple(config)}")
+    if MODE == 12:  # B's factors: one row per 128-row weight tile (its first row's scales), fp32
+        fb = _padded(e8m0_table(sb[:, ::COL_TILE, :].reshape(-1, sb.shape[2])))
+        stride_fbr = fb.stride(0)
+    if MODE in (10, 11, 12):
         if not persist:
             _fail(who, f"MODE {MODE} (A's factors by TMA) runs on the persistent grid only: config {tuple(config)} "
                        f"needs a 10th entry 1 and WS=2, or WS=1 with 8 warps and BM=128")
         f_desc = _factor_desc(e8m0_table(sa), BM)
     _nt_grouped_kernel[grid](
-        _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs, f_desc,
+        _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs, f_desc, fb,
         M, C, R, num_m,
-        sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0),
+        sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0), stride_fbr,
         BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
         PERSIST=persist, **_ws_launch(WS, warps),
     )
@@ -1152,7 +1226,7 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     check_device(who, x, y, sx, sy, offs)
     (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
     if _persist(config or WGRAD_DEFAULT_CONFIG):
-        # a persistent wgrad (MODE 10/11, the ring running on across tiles) measured 0.90-0.98x the plain grid
+        # a persistent wgrad (MODE 10/11, the ring running on across tiles) measured 0.93-0.99x the plain grid
         # (sessions 24, 25: benchmarks/results/issue10_s25/call3) and was not kept
         _fail(who, f"wgrad has no persistent grid (10th config entry of {tuple(config)})")
     BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps = _mode3_fallback((BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps),
@@ -1165,16 +1239,20 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     _tma_operand(who, "A^T", y)
     grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)
     f_desc = f_pad = None
-    if MODE in (10, 11):
+    fb, stride_fbr = sy, 0
+    if MODE in (10, 11, 12):
         if WS != 1:
             _fail(who, f"MODE {MODE} (A's factors by TMA) runs with one consumer partition (WS=1) only")
         table, f_pad = e8m0_group_table(sx, offs, M)
         f_desc = _factor_desc(table, BN)
+    if MODE == 12:  # Y's factors: one row per 128-row tile of A^T (its first row's scales), groups shifted alike
+        fb = _padded(e8m0_group_table(sy[::COL_TILE], offs, M)[0])
+        stride_fbr = fb.stride(0)
     _wgrad_kernel[grid](
-        _desc(x, [BN, SUBK * SK.value]), _desc(y, [BK, SUBK * SK.value]), x, sx, y, sy, out, offs, f_desc, f_pad,
+        _desc(x, [BN, SUBK * SK.value]), _desc(y, [BK, SUBK * SK.value]), x, sx, y, sy, out, offs, f_desc, f_pad, fb,
         M, N, K,
         x.stride(0), sx.stride(0), sx.stride(1), y.stride(0), sy.stride(0), sy.stride(1),
-        out.stride(0), out.stride(1),
+        out.stride(0), out.stride(1), stride_fbr,
         BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP_N, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
         **_ws_launch(WS, warps),
     )
@@ -1198,7 +1276,9 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
         lay = gl.NVMMASharedLayout.get_default_for(shape, gl.float8e4nv)
         return f"tensordesc<fp8e4nv[{shape[0]}, {shape[1]}],{lay!r}>"
 
-    sig_f10 = (config or (DEFAULT_CONFIG if kernel == "nt" else WGRAD_DEFAULT_CONFIG))[4] in (10, 11)
+    mode = (config or (DEFAULT_CONFIG if kernel == "nt" else WGRAD_DEFAULT_CONFIG))[4]
+    sig_f10 = mode in (10, 11, 12)
+    fb_sig = "*fp32" if mode == 12 else "*u8"  # MODE 12: B's factor table (else the scales, unread)
 
     def fdesc(rows):  # MODE 10's factor boxes (_factor_desc); "constexpr" = None otherwise
         if not sig_f10:
@@ -1210,8 +1290,9 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
     if kernel == "nt":
         (BM, BN, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or DEFAULT_CONFIG)
         sig = dict(a_desc=desc([BM, SUBK * SK.value]), b_desc=desc([BN, SUBK * SK.value]), sa_ptr="*u8", sb_ptr="*u8",
-                   c_ptr="*" + out_dtype, offs_ptr="*i32", f_desc=fdesc(BM), M=i32, N=i32, K=i32, NUM_M_TILES=i32,
-                   stride_sam=i32, stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32, stride_cm=i32)
+                   c_ptr="*" + out_dtype, offs_ptr="*i32", f_desc=fdesc(BM), fb_ptr=fb_sig, M=i32, N=i32, K=i32,
+                   NUM_M_TILES=i32, stride_sam=i32, stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32,
+                   stride_cm=i32, stride_fbr=i32)
         cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, WS=WS,
                   num_warps=warps, PERSIST=_persist(config or DEFAULT_CONFIG))
         fn = _nt_grouped_kernel
@@ -1219,10 +1300,10 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
         (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
         sig = dict(x_desc=desc([BN, SUBK * SK.value]), y_desc=desc([BK, SUBK * SK.value]), x_ptr="*fp8e4nv", sx_ptr="*u8",
                    y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", f_desc=fdesc(BN),
-                   fpad_ptr="*i32" if sig_f10 else "constexpr", M=i32,
+                   fpad_ptr="*i32" if sig_f10 else "constexpr", fb_ptr=fb_sig, M=i32,
                    N=i32, K=i32,
                    stride_xn=i32, stride_sxn=i32, stride_sxt=i32, stride_yk=i32, stride_syk=i32, stride_syt=i32,
-                   stride_ce=i32, stride_cn=i32)
+                   stride_ce=i32, stride_cn=i32, stride_fbr=i32)
         cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps)
         fn = _wgrad_kernel
     if sig["f_desc"] == "constexpr":
@@ -1231,7 +1312,9 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
         cx["fpad_ptr"] = None
     for k in cx:
         sig[k] = "constexpr"
-    compiled = triton.compile(GluonASTSource(fn, sig, cx), target=GPUTarget("cuda", 90, 32),
+    # MODE 12's B-factor table: 16-byte aligned, as the launch specializes it (its 16-byte loads depend on it)
+    attrs = {(fn.arg_names.index("fb_ptr"), ): [["tt.divisibility", 16]]} if mode == 12 else None
+    compiled = triton.compile(GluonASTSource(fn, sig, cx, attrs), target=GPUTarget("cuda", 90, 32),
                               options=dict(num_warps=warps, **_ws_launch(cx["WS"], warps)))
     ptx = compiled.asm["ptx"]
     ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")

@@ -61,10 +61,12 @@ def test_gluon_refuses_cpu_tensors_instead_of_falling_back():
 NEW_NT = [(128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1, 1),
           (128, 128, 4, 8, 5, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1),
           (128, 128, 4, 8, 10, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 8, 4, 8, 1, 1),
-          (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)]  # MODE 11 = MODE 6's static ring with MODE 10's factors
+          (128, 128, 4, 8, 11, 16, 4, 8, 1, 1),  # MODE 11 = MODE 6's static ring with MODE 10's factors
+          (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)]  # MODE 12 = MODE 11 with B's factors as fp32 (no decode left)
 NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
              (128, 128, 4, 8, 10, 16, 4, 8, 1),
-             (128, 128, 4, 8, 11, 16, 4, 8, 1), (128, 128, 5, 8, 11, 16, 4, 8, 1)]  # session 25: MODE 11, 4/5 stages
+             (128, 128, 4, 8, 11, 16, 4, 8, 1), (128, 128, 5, 8, 11, 16, 4, 8, 1),  # session 25: MODE 11, 4/5 stages
+             (128, 128, 4, 8, 12, 16, 4, 8, 1)]  # and MODE 12
 
 
 def _sync_config():
@@ -156,6 +158,9 @@ def test_new_configs_compile_clean(sm90, kernel, config):
     assert re.search(r"wgmma\.wait_group\.sync\.aligned 1;", ptx), "no wgmma left in flight during promotion"
     assert "C75" not in log and "Potential Performance Loss" not in log, log
     assert "0 bytes spill stores" in log, log
+    if config[4] == 12:  # both factors come as fp32: no decode left, B's 4 per stage in one 16-byte load
+        assert "ld.global.v4.b32" in ptx or "ld.global.v4.f32" in ptx or "ld.global.nc.v4" in ptx, "B's factors"
+        return
     # the per-step decode is one byte permute per scale word: selectors [hi_i, lo_i, 0, 0] for steps 0-3
     for i in range(4):
         assert "prmt.b32" in ptx and str((i << 12) | ((4 + i) << 8) | 0x88) in ptx, i
@@ -186,11 +191,11 @@ def test_stagewise_e8m0_decode_is_exact():
 
 
 def test_defaults_are_the_measured_configs():
-    """The defaults are the configs measured fastest on the H100 (NOTES.md "Gluon mx32": fprop/dgrad MODE 11
-    session 25, wgrad MODE 10 session 24); changing them needs a new measurement, so the test pins them."""
+    """The defaults are the configs measured fastest on the H100 (NOTES.md "Gluon mx32": MODE 12 for all three,
+    session 25); changing them needs a new measurement, so the test pins them."""
     from kernels.grouped_gemm.gluon_mx import DEFAULT_CONFIG, WGRAD_DEFAULT_CONFIG
-    assert DEFAULT_CONFIG == (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)
-    assert WGRAD_DEFAULT_CONFIG == (128, 128, 4, 8, 10, 16, 4, 8, 1)
+    assert DEFAULT_CONFIG == (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
+    assert WGRAD_DEFAULT_CONFIG == (128, 128, 4, 8, 12, 16, 4, 8, 1)
 
 
 def test_e8m0_table_is_the_kernels_decode_for_every_byte():

@@ -48,12 +48,16 @@ M10_WGRAD = (128, 128, 4, 8, 10, 16, 4, 8, 1)
 # tile's last ring round padded with empty stages)
 M11_W1_PERSIST = (128, 128, 4, 8, 11, 16, 4, 8, 1, 1)
 M10_W1_PERSIST = (128, 128, 4, 8, 10, 8, 4, 8, 1, 1)
-NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1, M10_PERSIST, M10_W1_PERSIST]
+# MODE 12 = MODE 11 with B's factors as fp32 from a [tiles, steps] table (session 25)
+M12_PERSIST = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
+M12_WGRAD = (128, 128, 4, 8, 12, 16, 4, 8, 1)
+NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1, M10_PERSIST, M10_W1_PERSIST,
+          M12_PERSIST]
 # session 25: wgrad MODE 11 (static ring: 16-step blocks, then 2-stage blocks on dynamic slots), also with five
 # ring stages (20-step static blocks)
 M11_S5 = (128, 128, 5, 8, 11, 16, 4, 8, 1)
 NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
-             M10_WGRAD, (128, 128, 4, 8, 11, 16, 4, 8, 1), M11_S5]
+             M10_WGRAD, (128, 128, 4, 8, 11, 16, 4, 8, 1), M11_S5, M12_WGRAD]
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
               (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M4_WS2, M4_U4, M4_PERSIST, M3_PERSIST,
               M4_U16_PERSIST, M4_S5_PERSIST] + NEW_NT
@@ -241,7 +245,7 @@ def test_mode11_candidate_bit_exact_with_special_scales(K):
     test_new_nt_configs_bit_exact_with_special_scales(M11_W1_PERSIST, K)
 
 
-@pytest.mark.parametrize("config", [M11_W1_PERSIST, M6_W1_PERSIST, M3_PERSIST, M11_S5 + (1,)], ids=_cid)
+@pytest.mark.parametrize("config", [M11_W1_PERSIST, M6_W1_PERSIST, M3_PERSIST, M11_S5 + (1,), M12_PERSIST], ids=_cid)
 @pytest.mark.parametrize("K", [640, 768, 2816])
 def test_static_ring_persistent_at_any_k_bit_exact(config, K):
     """Static ring slots on the persistent grid at K without whole ring rounds (20, 24 and 88 steps of 32: a
