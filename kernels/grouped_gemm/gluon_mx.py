@@ -340,7 +340,7 @@ def _blocks(acc, wa_lo, wa_hi, wb_lo, wb_hi, t0, n_b, n_stg, st0, q0, sh, sa_ptr
             b_row, k0, a_bufs, b_bufs, ready, empty, f_bufs, STAGES: gl.constexpr, SUBK: gl.constexpr,
             NS: gl.constexpr, STATIC: gl.constexpr, CHEAP: gl.constexpr, FSM: gl.constexpr, FUNNEL: gl.constexpr,
             AROW: gl.constexpr, AROWS: gl.constexpr, FB: gl.constexpr = False, fbt_ptr=None, fb_off=0):
-    """MODE 3-6/10/11's mainloop body: n_b blocks of NS stages from stage t0 of this mainloop (n_stg stages in all
+    """MODE 3-6/10-12's mainloop body: n_b blocks of NS stages from stage t0 of this mainloop (n_stg stages in all
     run in blocks), unrolled; the scale words (wa_*, wb_*) ride along. STATIC: the block is one ring round on
     static slots (t0 and st0 whole rounds). FB (MODE 12): B's factors as fp32 from fbt_ptr + fb_off (4 per stage,
     one stage ahead in wb_hi) instead of B's words. Returns (acc, wa_lo, wa_hi, wb_lo, wb_hi)."""
@@ -436,7 +436,7 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
     (_e8m0_prep once per stage word, one _e8m0_pick = PRMT per step; bit-identical factors). MODE 10 = MODE 5 with
     A's factors from f_bufs (fp32, filled by the producer's TMA with each stage; B keeps its words); MODE 11 = MODE 6
     with them; MODE 12 = MODE 11 with B's factors as fp32 too (fbt_ptr + fb_off: 4 per stage, one 16-byte load; the
-    default). Static slots (MODE 3/6/11) run whole ring rounds, then blocks of 2 stages
+    default). Static slots (MODE 3/6/11/12) run whole ring rounds, then blocks of 2 stages
     on dynamic slots (_blocks). st0: ring stages used before this call (persistent grid; a multiple of STAGES with
     static slots);
     FUNNEL: the reduction may start at any step (wgrad), else at a multiple of 4 steps."""
@@ -469,7 +469,7 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
         NS: gl.constexpr = BLK // SUBK
         n_blk = nk // BLK
         n_main = n_blk * BLK
-        # static slots (MODE 3/6/11) and the factor modes (MODE 10/11: wgrad's groups end anywhere): whole blocks
+        # static slots (MODE 3/6/11/12) and the factor modes (MODE 10: wgrad's groups end anywhere): whole blocks
         # first, then blocks of 2 stages on dynamic slots (MODE 4's loop), so only a last odd stage runs
         # synchronously
         TNS: gl.constexpr = 2 if STAGES >= 2 else 1
