@@ -81,12 +81,12 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     "m6w1p": ((128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
     # the defaults of session 23 (wgrad MODE 5, U = 16)
     "s23": ((128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
-    # session 24, MODE 10 (now the wgrad default): A's E8M0 scales as fp32 factors (e8m0_table, made inside each
+    # session 24, MODE 10 (the wgrad default of sessions 24-25): A's E8M0 scales as fp32 factors (e8m0_table, made inside each
     # launch and timed with it) that ride with each TMA stage into shared memory: no A words, no A decode in the loop
     "m10": ((128, 128, 4, 8, 10, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 16, 4, 8, 1)),
-    # candidates prepared without a GPU (session 24; SASS per step: 82.6 and 92.4 against the default's 96.2): MODE 11
-    # = MODE 6's static ring with MODE 10's factors, one 8-warp consumer copy (the 16-step body fits the i-cache, as
-    # the wgrad default's does), persistent where K % 512 == 0; MODE 10 with one 8-warp consumer, U = 8
+    # prepared without a GPU in session 24 (SASS per step: 82.6 and 92.4 against that default's 96.2): MODE 11 =
+    # MODE 6's static ring with MODE 10's factors, one 8-warp consumer copy (the 16-step body fits the i-cache),
+    # persistent (any K since session 25: each tile's last ring round padded); MODE 10 with one 8-warp consumer, U = 8
     "m11w1p": ((128, 128, 4, 8, 11, 16, 4, 8, 1, 1), None),
     "m10w1p": ((128, 128, 4, 8, 10, 8, 4, 8, 1, 1), None),
     # MODE 12 = MODE 11 with B's factors as fp32 (a [tiles, steps] table, 4 per stage in one 16-byte load): no
