@@ -81,8 +81,8 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     "m6w1p": ((128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
     # the defaults of session 23 (wgrad MODE 5, U = 16)
     "s23": ((128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1)),
-    # session 24, MODE 10 (the wgrad default of sessions 24-25): A's E8M0 scales as fp32 factors (e8m0_table, made inside each
-    # launch and timed with it) that ride with each TMA stage into shared memory: no A words, no A decode in the loop
+    # session 24, MODE 10 (the wgrad default of sessions 24-25): A's E8M0 scales as fp32 factors (e8m0_table, made
+    # inside each launch and timed with it) that ride with each TMA stage into shared memory: no A words, no A decode
     "m10": ((128, 128, 4, 8, 10, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 16, 4, 8, 1)),
     # prepared without a GPU in session 24 (SASS per step: 82.6 and 92.4 against that default's 96.2): MODE 11 =
     # MODE 6's static ring with MODE 10's factors, one 8-warp consumer copy (the 16-step body fits the i-cache),
