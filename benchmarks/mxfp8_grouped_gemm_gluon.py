@@ -110,6 +110,20 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
 }
 
 
+def load_base_gluon(root):
+    """The Gluon launchers of another revision: root holds its `kernels` package (e.g. `git archive REV kernels |
+    tar -x -C root`), imported as `kernels_base` beside this tree's, so that both revisions run in one process."""
+    import importlib
+    import importlib.util
+    pkg = os.path.join(os.path.abspath(root), "kernels")
+    spec = importlib.util.spec_from_file_location("kernels_base", os.path.join(pkg, "__init__.py"),
+                                                  submodule_search_locations=[pkg])
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["kernels_base"] = mod
+    spec.loader.exec_module(mod)
+    return importlib.import_module("kernels_base.grouped_gemm.gluon_mx")
+
+
 def write_json(meta, rows):
     from benchmarks.results_json import write_results
     return write_results("mxfp8_grouped_gemm_gluon", meta, rows)
@@ -126,6 +140,9 @@ def main():
                     "'default;BLOCK_STAGES=4;STAGES=4,GROUP_M=4'")
     ap.add_argument("--rep", type=int, default=None, help="ignored since session 25 (the --op section is timed "
                     "round-robin: --op-rounds); accepted so that older device scripts still run")
+    ap.add_argument("--base", default="", help="a folder holding another revision's `kernels` package: also time "
+                    "its Gluon launchers (variants base_<config>, --base-configs) in the same rounds")
+    ap.add_argument("--base-configs", default="default", help="the configs (comma list) to time with --base")
     ap.add_argument("--passes", default="fprop,dgrad,wgrad", help="which GEMMs to time (comma list)")
     ap.add_argument("--rounds", type=int, default=50, help="round-robin rounds per pass (kernels)")
     ap.add_argument("--op-rounds", type=int, default=30, help="round-robin rounds of the --op section")
@@ -151,7 +168,9 @@ def main():
                   f"(benchmarks/cuda_timing.interleaved_ms), 2 rotating input sets; --op: round-robin, "
                   f"{args.op_rounds} rounds",
         "configs": {k: CONFIGS[k] for k in args.configs.split(",")}, "wgrad_out": args.wgrad_out,
+        "base": args.base or None, "base_configs": args.base_configs if args.base else None,
     }
+    base = load_base_gluon(args.base) if args.base else None
     dw_dtype = torch.bfloat16 if args.wgrad_out == "bf16" else torch.float32
     print(json.dumps(meta), flush=True)
     rows = []
@@ -204,6 +223,14 @@ def main():
                                                            torch.bfloat16, cfg),
                     "wgrad": lambda s, cfg=wcfg: launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0], s[2][3][1], offs,
                                                               dw_dtype, cfg)}
+                if base is not None and c in args.base_configs.split(","):
+                    calls["base_" + c] = {
+                        "fprop": lambda s, cfg=ncfg: base.launch_nt(s[2][0][0], s[2][0][1], wq[0], wq[1], offs,
+                                                                    torch.bfloat16, cfg),
+                        "dgrad": lambda s, cfg=ncfg: base.launch_nt(s[2][1][0], s[2][1][1], wqt[0], wqt[1], offs,
+                                                                    torch.bfloat16, cfg),
+                        "wgrad": lambda s, cfg=wcfg: base.launch_wgrad(s[2][2][0], s[2][2][1], s[2][3][0],
+                                                                       s[2][3][1], offs, dw_dtype, cfg)}
             for cv in filter(None, args.cuda.split(";")):
                 from kernels.grouped_gemm.cuda_mx import launch_nt as cuda_nt
                 gm = 8
@@ -237,7 +264,7 @@ def main():
                             ref = refs[p]()
                             err = rel(out, ref)
                             del ref
-                        elif v.startswith("gluon_") and first is not None:
+                        elif v.startswith(("gluon_", "base_")) and first is not None:
                             err = rel(out, first)  # vs the default config's output
                         if v.startswith("gluon_") and first is None:
                             first = out

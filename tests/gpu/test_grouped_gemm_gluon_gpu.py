@@ -277,3 +277,38 @@ def test_wgrad_refuses_a_persistent_config():
     dt, ds = quant(torch.randn(128, 128, device="cuda").t(), (32, 1))
     with pytest.raises(ValueError, match="wgrad has no persistent grid"):
         launch_wgrad(dt, ds, xt, xs, offs, torch.float32, tuple(WGRAD_DEFAULT_CONFIG[:9]) + (1,))
+
+
+# groups that start and end inside one 32-token block ([5, 15), [72, 75)), cut at the start only, at the end only,
+# at both ends, an empty one; every group but the empty one shares a block with a neighbour
+BLOCK_SIZES = [5, 10, 17, 0, 40, 3, 90, 35]
+
+
+@pytest.mark.parametrize("config", [None, M12_WGRAD, M10_WGRAD, M4_WS2, (128, 128, 4, 8, 2, 8, 4, 8, 1),
+                                    (128, 128, 4, 8, 0, 8, 4, 8)], ids=_cid)
+def test_wgrad_boundary_blocks(config):
+    """The boundary blocks (both loaded before the mainloop; with MODE 12 in the consumer partition while the TMA
+    warp fills the ring) sum only their group's tokens: each group within 5e-4 of the float64 reference (fp32
+    dW), with a huge and a tiny block scale in shared blocks; and the default and MODE 10/12 equal WS=2 MODE 4 bit
+    for bit (one summation order: the head block, the tail block, then the mainloop)."""
+    from kernels.grouped_gemm import grouped_mm_wgrad_reference
+    from kernels.grouped_gemm.gluon_mx import launch_wgrad
+    torch.manual_seed(11)
+    K, N = 256, 384
+    offs = group_offs(BLOCK_SIZES)
+    M = 256  # 200 real tokens, then 56 padding tokens
+    x = torch.randn(M, K, device="cuda")
+    do = torch.randn(M, N, device="cuda")
+    do[64:96] *= 1e4   # the block shared by [32, 72), [72, 75) and [75, 165): a huge scale
+    x[160:192] *= 1e-4  # the tail block of [75, 165) / head of [165, 200): a tiny scale
+    xt, xs = quant(x.t(), (32, 128))
+    dt, ds = quant(do.t(), (32, 1))
+    ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    poison_allocator()
+    out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, config)
+    assert torch.equal(out[3], torch.zeros_like(out[3]))
+    for e, n in enumerate(BLOCK_SIZES):
+        if n:
+            assert rel(out[e], ref[e]) < 5e-4, (e, rel(out[e], ref[e]))
+    if config in (None, M12_WGRAD, M10_WGRAD):  # the configs test_new_wgrad_configs_bit_exact_... holds bit exact
+        torch.testing.assert_close(out, launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M4_WS2), rtol=0, atol=0)
