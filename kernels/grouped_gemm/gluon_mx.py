@@ -930,18 +930,25 @@ def _wgrad_tile(pid, e, offs_ptr, M, N, K, BN: gl.constexpr, BK: gl.constexpr, G
 
 @gluon.jit
 def _wgrad_kernel(
-    x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, f_desc, fpad_ptr, fb_ptr,
-    M, N, K,
+    x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, f_desc, fpad_ptr, fb_ptr, next_ptr,
+    M, N, K, E,
     stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt, stride_ce, stride_cn, stride_fbr,
     BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, MODE: gl.constexpr,
-    U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
+    U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr, PERSIST: gl.constexpr = False,
 ):
     """dW[e] = X_e @ Y_e^T over the tokens of group e: X = dO^T [N, M], Y = A^T [K, M] fp8, token axis
     contiguous and scaled along it on the global 32-token grid; Y's scale is constant over the BK rows of a
-    tile. A block straddling a group boundary has one scale for both groups; each group sums its own tokens."""
+    tile. A block straddling a group boundary has one scale for both groups; each group sums its own tokens.
+    PERSIST (MODE 12, WS=1): one CTA per SM taking tiles from a queue (_wgrad_persistent); else one tile a CTA."""
     mma_layout: gl.constexpr = _mma_layout(BN, BK, num_warps)
     row_layout: gl.constexpr = gl.SliceLayout(1, mma_layout)
 
+    if PERSIST:
+        gl.static_assert(MODE == 12 and WS == 1, "the persistent wgrad runs MODE 12 with one consumer (WS=1)")
+        _wgrad_persistent(x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, f_desc, fpad_ptr, fb_ptr,
+                          next_ptr, M, N, K, E, stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt,
+                          stride_ce, stride_cn, stride_fbr, BN, BK, STAGES, GROUP_N, MODE, U, SUBK)
+        return
     e = gl.program_id(1)
     n0, k0, start, end, first_full, last_full, nk = _wgrad_tile(gl.program_id(0), e, offs_ptr, M, N, K, BN, BK,
                                                                 GROUP_N)
@@ -996,6 +1003,131 @@ def _wgrad_kernel(
 
 
 @gluon.jit
+def _wgrad_persistent(x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, f_desc, fpad_ptr, fb_ptr,
+                      next_ptr, M, N, K, E, stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk, stride_syt,
+                      stride_ce, stride_cn, stride_fbr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                      GROUP_N: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr):
+    """Persistent MODE 12 wgrad: one CTA per SM; tile t = (group t // T, tile t % T of its dW), T tiles a group.
+    A CTA starts at tile program_id and takes each next one from a global counter (num_programs + the counter's
+    old value) when its TMA warp has issued the last stage of the current tile: groups of any size balance over
+    the SMs as the hardware's block dispatch balanced the one-tile CTAs, while the TMA warp fills the ring for the
+    next tile during the current tile's last stages, boundary blocks and store (the CTA launch, barrier set-up and
+    ring fill that each one-tile CTA paid). The TMA warp hands each tile number to the consumer through a 2-slot
+    shared ring with its own barriers; a number past the last tile ends both partitions."""
+    a_bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, BN, SUBK * SK], x_desc.layout)
+    b_bufs = gl.allocate_shared_memory(y_desc.dtype, [STAGES, BK, SUBK * SK], y_desc.layout)
+    f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BN, SUBK], f_desc.layout)
+    xm_bufs = gl.allocate_shared_memory(x_desc.dtype, [2, BN, SK], _step_smem_layout())
+    ym_bufs = gl.allocate_shared_memory(y_desc.dtype, [2, BK, SK], _step_smem_layout())
+    tid_bufs = gl.allocate_shared_memory(gl.int32, [2, 1], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    t_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    t_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(ready.index(i), count=1)
+        mbarrier.init(empty.index(i), count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(t_ready.index(i), count=1)
+        mbarrier.init(t_free.index(i), count=1)
+    T = gl.cdiv(N, BN) * gl.cdiv(K, BK)
+    gl.warp_specialize([
+        (_wgrad_persistent_consumer, (x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, fpad_ptr, fb_ptr,
+                                      M, N, K, T, E * T, stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk,
+                                      stride_syt, stride_ce, stride_cn, stride_fbr, a_bufs, b_bufs, f_bufs, xm_bufs,
+                                      ym_bufs, tid_bufs, ready, empty, t_ready, t_free, BN, BK, STAGES, GROUP_N,
+                                      MODE, U, SUBK)),
+        (_wgrad_persistent_producer, (x_desc, y_desc, f_desc, offs_ptr, fpad_ptr, next_ptr, M, N, K, T, E * T,
+                                      a_bufs, b_bufs, f_bufs, tid_bufs, ready, empty, t_ready, t_free, BN, BK,
+                                      STAGES, GROUP_N, SUBK)),
+    ], [1], [40])
+    for i in gl.static_range(STAGES):
+        mbarrier.invalidate(ready.index(i))
+        mbarrier.invalidate(empty.index(i))
+    for i in gl.static_range(2):
+        mbarrier.invalidate(t_ready.index(i))
+        mbarrier.invalidate(t_free.index(i))
+
+
+@gluon.jit
+def _put_tile(tid_bufs, t_ready, t_free, j, t):
+    """TMA warp: tile number t is the j-th tile of this CTA (slot j % 2, once the consumer read slot's last)."""
+    slot = j % 2
+    mbarrier.wait(t_free.index(slot), ((j // 2) & 1) ^ 1)
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    tid_bufs.index(slot).store(gl.full([1], t, gl.int32, lay))
+    mbarrier.arrive(t_ready.index(slot))
+
+
+@gluon.jit
+def _take_tile(tid_bufs, t_ready, t_free, j):
+    """Consumer: the number of this CTA's j-th tile."""
+    slot = j % 2
+    mbarrier.wait(t_ready.index(slot), (j // 2) & 1)
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    t = gl.max(tid_bufs.index(slot).load(lay), axis=0)
+    mbarrier.arrive(t_free.index(slot))
+    return t
+
+
+@gluon.jit
+def _wgrad_persistent_producer(x_desc, y_desc, f_desc, offs_ptr, fpad_ptr, next_ptr, M, N, K, T, n_tiles, a_bufs,
+                               b_bufs, f_bufs, tid_bufs, ready, empty, t_ready, t_free, BN: gl.constexpr,
+                               BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, SUBK: gl.constexpr):
+    g = 0  # stages issued so far (all tiles)
+    j = 0  # tiles taken so far
+    t = gl.program_id(0)
+    while t < n_tiles:
+        _put_tile(tid_bufs, t_ready, t_free, j, t)
+        e = t // T
+        n0, k0, start, end, first_full, last_full, nk = _wgrad_tile(t % T, e, offs_ptr, M, N, K, BN, BK, GROUP_N)
+        f_off = gl.load(fpad_ptr + e)
+        n_st = gl.cdiv(nk, SUBK)
+        for st in range(n_st):
+            s = g % STAGES
+            mbarrier.wait(empty.index(s), ((g // STAGES) & 1) ^ 1)
+            _issue_load(x_desc, y_desc, n0, k0, first_full + st * (SUBK * SK), ready.index(s), a_bufs.index(s),
+                        b_bufs.index(s), True, f_desc, f_bufs, f_off, s)
+            g += 1
+        g = _pad_round(g, n_st, ready, empty, STAGES, True)
+        t = gl.num_programs(0) + gl.atomic_add(next_ptr, 1)
+        j += 1
+    _put_tile(tid_bufs, t_ready, t_free, j, n_tiles)
+
+
+@gluon.jit
+def _wgrad_persistent_consumer(x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_ptr, fpad_ptr, fb_ptr,
+                               M, N, K, T, n_tiles, stride_xn, stride_sxn, stride_sxt, stride_yk, stride_syk,
+                               stride_syt, stride_ce, stride_cn, stride_fbr, a_bufs, b_bufs, f_bufs, xm_bufs,
+                               ym_bufs, tid_bufs, ready, empty, t_ready, t_free, BN: gl.constexpr,
+                               BK: gl.constexpr, STAGES: gl.constexpr, GROUP_N: gl.constexpr, MODE: gl.constexpr,
+                               U: gl.constexpr, SUBK: gl.constexpr):
+    mma_layout: gl.constexpr = _mma_layout(BN, BK, gl.num_warps())
+    n_done = 0  # ring stages consumed so far (all tiles)
+    j = 0
+    t = _take_tile(tid_bufs, t_ready, t_free, j)
+    while t < n_tiles:
+        e = t // T
+        n0, k0, start, end, first_full, last_full, nk = _wgrad_tile(t % T, e, offs_ptr, M, N, K, BN, BK, GROUP_N)
+        rows = gl.minimum(n0 + gl.arange(0, BN, layout=gl.SliceLayout(1, mma_layout)), N - 1)
+        sx_ptrs = sx_ptr + rows * stride_sxn
+        syt_ptr = sy_ptr + k0 * stride_syk
+        fb_off = (k0 // BK) * stride_fbr + gl.load(fpad_ptr + e)
+        acc = gl.zeros([BN, BK], gl.float32, mma_layout)
+        bnd = (x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt, n0, k0, start, end,
+               first_full, last_full, N, K)
+        acc = _boundary_steps(acc, bnd, xm_bufs, ym_bufs, BN, BK)
+        acc = _mainloop(acc, x_desc, y_desc, n0, k0, first_full, nk, sx_ptrs, stride_sxt, syt_ptr, stride_syt,
+                        a_bufs, b_bufs, ready, empty, STAGES, MODE, U, SUBK, True, 0, 0, True, n_done, f_bufs,
+                        fb_ptr, fb_off)
+        n_st = gl.cdiv(nk, SUBK)
+        n_done = _pad_round(n_done + n_st, n_st, ready, empty, STAGES, False)
+        _store_wgrad(acc, c_ptr, e, n0, k0, N, K, stride_ce, stride_cn, BN, BK, gl.num_warps())
+        j += 1
+        t = _take_tile(tid_bufs, t_ready, t_free, j)
+
+
+@gluon.jit
 def _store_wgrad(acc, c_ptr, e, n0, k0, N, K, stride_ce, stride_cn, BN: gl.constexpr, BK: gl.constexpr,
                  num_warps: gl.constexpr):
     st_layout: gl.constexpr = _store_layout(BK, c_ptr.dtype.element_ty.primitive_bitwidth, num_warps)
@@ -1033,17 +1165,19 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # An optional 9th entry WS: 0 = no warp specialization (the kernel's warps refill the TMA ring themselves),
 # 1 = a 1-warp TMA producer partition + the mainloop in the num_warps default partition, 2 (BM|BN = 128,
 # num_warps = 4) = two independent 4-warp consumers (64 rows each) + the producer. An optional 10th entry
-# (fprop/dgrad, WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6/10/11) = the persistent grid. MODE 10
+# = the persistent grid: fprop/dgrad (WS=2, or WS=1 with BM = 128 and 8 warps, with MODE 3-6/10-12; tiles dealt out
+# pid, pid + grid, ...), wgrad (MODE 12, WS=1, 8 warps; tiles taken from a queue: _wgrad_persistent). MODE 10
 # (fprop/dgrad: persistent only; wgrad: WS=1 only) and MODE 11 (MODE 6's static ring with MODE 10's factors;
 # persistent only): see _mainloop.
 # Defaults (session 25, H100; benchmarks/results/issue10_s25/NOTE.md): MODE 12 for all three GEMMs: the static
 # ring with A's factors through shared memory (MODE 11) and B's factors as fp32 from a [tiles, steps] table, one
 # 8-warp consumer; fprop/dgrad on the persistent grid. MODE 11 fprop/dgrad was +3 to +15% over session 14's MODE 5
 # with two 4-warp consumers in every cell of three runs; MODE 12 +0.7 to +5.8% over MODE 11 (fprop/dgrad) and over
-# session 24's MODE 10 wgrad in all 18 cells of one run. MODE 3-6 and 10-12 on scales that cannot be read as words
-# run MODE 2 (_mode3_fallback).
+# session 24's MODE 10 wgrad in all 18 cells of one run. Session 26: wgrad on the persistent grid with a tile queue,
+# +2.0 to +3.9% over the one-tile grid in all six wgrad cells (benchmarks/results/issue10_s26/NOTE.md). MODE 3-6 and
+# 10-12 on scales that cannot be read as words run MODE 2 (_mode3_fallback; wgrad then on the one-tile grid).
 DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
-WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1)
+WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
 
@@ -1273,12 +1407,15 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
     (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
-    if _persist(config or WGRAD_DEFAULT_CONFIG):
-        # a persistent wgrad (MODE 10/11, the ring running on across tiles) measured 0.93-0.99x the plain grid
-        # (sessions 24, 25: benchmarks/results/issue10_s25/call3) and was not kept
-        _fail(who, f"wgrad has no persistent grid (10th config entry of {tuple(config)})")
+    persist = _persist(config or WGRAD_DEFAULT_CONFIG)
+    if persist and not (MODE == 12 and WS == 1 and warps == 8):
+        # sessions 24/25's persistent wgrads (MODE 10/11, tiles dealt out statically) measured 0.93-0.99x the
+        # plain grid (benchmarks/results/issue10_s25/call3) and are gone; session 26's takes tiles from a queue
+        _fail(who, f"the persistent wgrad grid (10th config entry) runs MODE 12 with one 8-warp consumer (WS=1); "
+                   f"got {tuple(config)}")
     BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps = _mode3_fallback((BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps),
                                                                     sx, sy)
+    persist = persist and MODE == 12  # (scales that cannot be read as words: MODE 2 on the one-tile grid)
     if BK != COL_TILE:
         _fail(who, f"BK={BK}: the tiled x^T scale is read per {COL_TILE}-row tile")
     if WS == 2 and (BN != 128 or warps != 4):
@@ -1286,6 +1423,10 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     _tma_operand(who, "dO^T", x)
     _tma_operand(who, "A^T", y)
     grid = (((N + BN - 1) // BN) * ((K + BK - 1) // BK), E)
+    next_tile = offs  # (unread without PERSIST)
+    if persist:  # one CTA per SM; tiles past the first from a counter (_wgrad_persistent)
+        grid = (min(grid[0] * E, torch.cuda.get_device_properties(x.device).multi_processor_count),)
+        next_tile = torch.zeros(1, dtype=torch.int32, device=x.device)
     f_desc = f_pad = None
     fb, stride_fbr = sy, 0
     if MODE in (10, 11, 12):
@@ -1298,11 +1439,11 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
         stride_fbr = fb.stride(0)
     _wgrad_kernel[grid](
         _desc(x, [BN, SUBK * SK.value]), _desc(y, [BK, SUBK * SK.value]), x, sx, y, sy, out, offs, f_desc, f_pad, fb,
-        M, N, K,
+        next_tile, M, N, K, E,
         x.stride(0), sx.stride(0), sx.stride(1), y.stride(0), sy.stride(0), sy.stride(1),
         out.stride(0), out.stride(1), stride_fbr,
         BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP_N, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
-        **_ws_launch(WS, warps),
+        PERSIST=persist, **_ws_launch(WS, warps),
     )
     return out
 
@@ -1348,11 +1489,12 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
         (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
         sig = dict(x_desc=desc([BN, SUBK * SK.value]), y_desc=desc([BK, SUBK * SK.value]), x_ptr="*fp8e4nv", sx_ptr="*u8",
                    y_ptr="*fp8e4nv", sy_ptr="*u8", c_ptr="*" + out_dtype, offs_ptr="*i32", f_desc=fdesc(BN),
-                   fpad_ptr="*i32" if sig_f10 else "constexpr", fb_ptr=fb_sig, M=i32,
-                   N=i32, K=i32,
+                   fpad_ptr="*i32" if sig_f10 else "constexpr", fb_ptr=fb_sig, next_ptr="*i32", M=i32,
+                   N=i32, K=i32, E=i32,
                    stride_xn=i32, stride_sxn=i32, stride_sxt=i32, stride_yk=i32, stride_syk=i32, stride_syt=i32,
                    stride_ce=i32, stride_cn=i32, stride_fbr=i32)
-        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps)
+        cx = dict(BN=BN, BK=BK, STAGES=STAGES, GROUP_N=GROUP, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
+                  PERSIST=_persist(config or WGRAD_DEFAULT_CONFIG))
         fn = _wgrad_kernel
     if sig["f_desc"] == "constexpr":
         cx["f_desc"] = None

@@ -56,8 +56,10 @@ NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M
 # session 25: wgrad MODE 11 (static ring: 16-step blocks, then 2-stage blocks on dynamic slots), also with five
 # ring stages (20-step static blocks)
 M11_S5 = (128, 128, 5, 8, 11, 16, 4, 8, 1)
+# session 26: MODE 12 wgrad on the persistent grid, tiles taken from a queue
+M12_WGRAD_PERSIST = M12_WGRAD + (1,)
 NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
-             M10_WGRAD, (128, 128, 4, 8, 11, 16, 4, 8, 1), M11_S5, M12_WGRAD]
+             M10_WGRAD, (128, 128, 4, 8, 11, 16, 4, 8, 1), M11_S5, M12_WGRAD, M12_WGRAD_PERSIST]
 NT_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 1, 8, 4, 8, 1), (128, 128, 4, 8, 2, 8, 4, 4, 2),
               (64, 128, 4, 8, 2, 8, 4, 4), (128, 128, 3, 8, 1, 4, 2, 8), M4_WS2, M4_U4, M4_PERSIST, M3_PERSIST,
               M4_U16_PERSIST, M4_S5_PERSIST] + NEW_NT
@@ -270,13 +272,13 @@ def test_mode11_needs_the_persistent_grid():
 
 
 
-def test_wgrad_refuses_a_persistent_config():
-    from kernels.grouped_gemm.gluon_mx import WGRAD_DEFAULT_CONFIG, launch_wgrad
+def test_wgrad_refuses_a_persistent_config_other_than_mode_12():
+    from kernels.grouped_gemm.gluon_mx import launch_wgrad
     offs = group_offs([64, 64])
     xt, xs = quant(torch.randn(128, 128, device="cuda").t(), (32, 128))
     dt, ds = quant(torch.randn(128, 128, device="cuda").t(), (32, 1))
-    with pytest.raises(ValueError, match="wgrad has no persistent grid"):
-        launch_wgrad(dt, ds, xt, xs, offs, torch.float32, tuple(WGRAD_DEFAULT_CONFIG[:9]) + (1,))
+    with pytest.raises(ValueError, match="persistent wgrad grid .*runs MODE 12"):
+        launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M10_WGRAD + (1,))
 
 
 # groups that start and end inside one 32-token block ([5, 15), [72, 75)), cut at the start only, at the end only,
@@ -284,8 +286,8 @@ def test_wgrad_refuses_a_persistent_config():
 BLOCK_SIZES = [5, 10, 17, 0, 40, 3, 90, 35]
 
 
-@pytest.mark.parametrize("config", [None, M12_WGRAD, M10_WGRAD, M4_WS2, (128, 128, 4, 8, 2, 8, 4, 8, 1),
-                                    (128, 128, 4, 8, 0, 8, 4, 8)], ids=_cid)
+@pytest.mark.parametrize("config", [None, M12_WGRAD, M12_WGRAD_PERSIST, M10_WGRAD, M4_WS2,
+                                    (128, 128, 4, 8, 2, 8, 4, 8, 1), (128, 128, 4, 8, 0, 8, 4, 8)], ids=_cid)
 def test_wgrad_boundary_blocks(config):
     """The boundary blocks (both loaded before the mainloop; with MODE 12 in the consumer partition while the TMA
     warp fills the ring) sum only their group's tokens: each group within 5e-4 of the float64 reference (fp32
@@ -310,5 +312,38 @@ def test_wgrad_boundary_blocks(config):
     for e, n in enumerate(BLOCK_SIZES):
         if n:
             assert rel(out[e], ref[e]) < 5e-4, (e, rel(out[e], ref[e]))
-    if config in (None, M12_WGRAD, M10_WGRAD):  # the configs test_new_wgrad_configs_bit_exact_... holds bit exact
+    if config in (None, M12_WGRAD, M12_WGRAD_PERSIST, M10_WGRAD):  # the configs test_new_wgrad_configs_bit_exact_... holds bit exact
         torch.testing.assert_close(out, launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M4_WS2), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("sizes", [SIZES, BLOCK_SIZES * 3, [4096, 0, 900, 17, 3000, 1, 64, 700]],
+                         ids=["awkward", "blocks", "skewed"])
+def test_persistent_wgrad_runs_many_tiles_per_cta(sizes):
+    """The persistent wgrad at K = N = 1024 (64 tiles a group, 8-24 groups: 512-1536 tiles on 132 SMs, so each
+    CTA takes several from the queue, of very different lengths, empty groups included): bit for bit the one-tile
+    grid's output (same summation order), each group within 5e-4 of the float64 reference, and twice in a row
+    the same (a fresh queue each launch)."""
+    from kernels.grouped_gemm import grouped_mm_wgrad_reference
+    from kernels.grouped_gemm.gluon_mx import launch_wgrad
+    torch.manual_seed(12)
+    K = N = 1024
+    offs = group_offs(sizes)
+    M = (sum(sizes) + 31) // 32 * 32 + 32
+    x = torch.randn(M, K, device="cuda")
+    do = torch.randn(M, N, device="cuda")
+    xt, xs = quant(x.t(), (32, 128))
+    dt, ds = quant(do.t(), (32, 1))
+    ref = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M12_WGRAD)
+    poison_allocator()
+    out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M12_WGRAD_PERSIST)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M12_WGRAD_PERSIST), out, rtol=0,
+                               atol=0)
+    r64 = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    for e, n in enumerate(sizes):
+        if n:
+            assert rel(out[e], r64[e]) < 5e-4, (e, rel(out[e], r64[e]))
+        else:
+            assert torch.equal(out[e], torch.zeros_like(out[e]))
+    out16 = launch_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, M12_WGRAD_PERSIST)
+    assert rel(out16, r64) < TOL_BF16
