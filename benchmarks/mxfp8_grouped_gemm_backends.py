@@ -8,7 +8,8 @@ E = 8 experts, 8192 tokens per expert (M = 65536), (K, N) in {(7168, 2048), (204
 "even" and "skewed" (one expert 4x the mean, one empty, the other six uneven; every group a multiple of 128 tokens,
 as the MoE pads them under mx128 (token_group_align = 128), which the CUTLASS wgrad needs).
 
-Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16 and fp8 rowwise of this run):
+Kernel rows (quantization NOT included; TFLOP/s = 2*M*N*K / time; ratios to bf16 and fp8 rowwise of this run;
+our wgrad kernels write dW in --wgrad-out, bf16 by default, as the peers and the experts op for bf16 weights do):
   bf16              torch._grouped_mm
   fp8_rowwise       torch._scaled_grouped_mm (unit scales; speed does not depend on them)
   cublas_blockwise  per-expert torch.nn.functional.scaled_mm, 1x128 x 128x128 (fprop/dgrad), 1x128 x 1x128 (wgrad)
@@ -176,6 +177,9 @@ def main():
     ap.add_argument("--ours", default=",".join(OURS),
                     help=f"which of our kernel variants to time (default all: {','.join(OURS)})")
     ap.add_argument("--ops", default="", help="comma list of op rows to time (default all; see the docstring)")
+    ap.add_argument("--wgrad-out", default="bf16", choices=["bf16", "fp32"],
+                    help="our wgrad kernels' dW dtype: bf16 = what the experts op writes for bf16 weights and what "
+                         "the bf16 and fp8 rowwise peers write (the default since session 26); fp32 = sessions <= 25")
     ap.add_argument("--cutlass-configs", default="",
                     help="also time the CUTLASS mx128 kernels under these configurations (comma list of "
                          "cutlass_backend SCHEDULES strings, e.g. cooperative_2x1:along_n:swizzle=4); rows "
@@ -195,6 +199,7 @@ def main():
                 raise SystemExit(str(e))
             ours[f"cutlass[{cfg}]"] = (128, 128, 128, "cutlass", cfg)
     ROUNDS = args.rounds
+    dw_dtype = torch.bfloat16 if args.wgrad_out == "bf16" else torch.float32
     dev = "cuda"
     torch.manual_seed(0)
     M = E * TPE
@@ -207,7 +212,7 @@ def main():
         vers["torchao"] = None
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC"), **vers, "command": "python " + " ".join(sys.argv), "experts": E,
-        "tokens_per_expert": TPE,
+        "tokens_per_expert": TPE, "wgrad_out": args.wgrad_out,
         "timing": f"round-robin over the variants of a pass (benchmarks/cuda_timing.interleaved_ms), {ROUNDS} "
                   f"rounds, CUDA events per call, median; iqr = interquartile range / median"}
     print(json.dumps(meta), flush=True)
@@ -288,8 +293,8 @@ def main():
                     if p == "dgrad":
                         return lambda: mxfp8_grouped_mm_dgrad(*q[1], wn_data, wn_scale, offs, block=block,
                                                               w_tile=wtile, **kw)
-                    return lambda: mxfp8_grouped_mm_wgrad(*q[2], *q[3], offs, block=block, a_tile=xtile,
-                                                          token_align=128, **kw)
+                    return lambda: mxfp8_grouped_mm_wgrad(*q[2], *q[3], offs, dw_dtype, block=block,
+                                                          a_tile=xtile, token_align=128, **kw)
                 for p in PASSES:
                     if backend == "cuda" and p == "wgrad":
                         continue
