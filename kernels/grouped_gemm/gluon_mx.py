@@ -25,20 +25,24 @@ plus two independent 4-warp consumers that each own 64 rows of the 128x128 tile 
 consumer's FMAs overlap the other's wgmmas as well (fprop/dgrad and wgrad). Scales are read with plain loads:
 MODE 0-2 one byte per row and step, one step ahead; MODE 3-6 one int32 per row and TMA
 stage (the stage's 4 E8M0 bytes), one stage ahead (wgrad: two aligned words funnel-shifted, a group starts at
-any 32-token step); scales that cannot be read as aligned words run MODE 2 instead. The fprop/dgrad default runs
-on a persistent grid (one CTA per SM; the TMA warp loads the next tile while the consumers store this one).
-Measured variants and numbers: NOTES.md ("Gluon mx32"). MODE 5/6 = MODE 4/3 with the E8M0 decode split into
-one SWAR pass per stage word and one byte permute (PRMT) per step (_e8m0_prep/_e8m0_pick); MODE 5 is the
-fprop/dgrad default (WS=2). MODE 10 = MODE 5 with A's factors decoded once by the launcher (e8m0_table; wgrad:
+any 32-token step); scales that cannot be read as aligned words run MODE 2 instead. The defaults run on persistent
+grids (one CTA per SM; the TMA warp loads the next tile while the consumer stores this one): fprop/dgrad deal the
+tiles out (pid, pid + grid, ...), wgrad's CTAs take them from a queue (_wgrad_persistent: its tiles' lengths follow
+the group sizes). Measured variants and numbers: NOTES.md ("Gluon mx32"). MODE 5/6 = MODE 4/3 with the E8M0 decode
+split into one SWAR pass per stage word and one byte permute (PRMT) per step (_e8m0_prep/_e8m0_pick); MODE 5 was
+the fprop/dgrad default of sessions 14-24 (WS=2). MODE 10 = MODE 5 with A's factors decoded once by the launcher
+(e8m0_table; wgrad:
 e8m0_group_table, every group's first full step on a 16-byte column) and loaded by TMA with each stage into shared
 memory, read as one 16-byte row per accumulator row (_stage_rows): no A words and no A decode in the mainloop
-(wgrad: 81-83 instead of 92 instructions per step). It is the wgrad default (WS=1, 8 warps, U = 16: one consumer
-partition whose two warpgroups run one copy of the mainloop, which makes 16-step blocks fit the i-cache).
+(wgrad: 81-83 instead of 92 instructions per step); it was the wgrad default of sessions 24-25 (WS=1, 8 warps,
+U = 16: one consumer partition whose two warpgroups run one copy of the mainloop, which makes 16-step blocks fit
+the i-cache). The defaults now are MODE 12 (static ring, both factors as fp32: _mainloop).
 
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
 [offs[e-1], offs[e]); the full 32-token steps run through the TMA ring, the (at most two) steps that a group
-boundary cuts are loaded with masks into separate shared buffers and multiplied synchronously.
+boundary cuts are loaded together with token masks before the mainloop, into separate shared buffers, and
+multiplied synchronously (_boundary_steps).
 """
 
 import triton
@@ -1174,7 +1178,8 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # 8-warp consumer; fprop/dgrad on the persistent grid. MODE 11 fprop/dgrad was +3 to +15% over session 14's MODE 5
 # with two 4-warp consumers in every cell of three runs; MODE 12 +0.7 to +5.8% over MODE 11 (fprop/dgrad) and over
 # session 24's MODE 10 wgrad in all 18 cells of one run. Session 26: wgrad on the persistent grid with a tile queue,
-# +2.0 to +3.9% over the one-tile grid in all six wgrad cells (benchmarks/results/issue10_s26/NOTE.md). MODE 3-6 and
+# +2.6 to +4.2% over the one-tile grid in all six wgrad cells of three runs (benchmarks/results/issue10_s26/
+# NOTE.md). MODE 3-6 and
 # 10-12 on scales that cannot be read as words run MODE 2 (_mode3_fallback; wgrad then on the one-tile grid).
 DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
 WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
