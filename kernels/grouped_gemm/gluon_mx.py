@@ -1179,8 +1179,8 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # with two 4-warp consumers in every cell of three runs; MODE 12 +0.7 to +5.8% over MODE 11 (fprop/dgrad) and over
 # session 24's MODE 10 wgrad in all 18 cells of one run. Session 26: wgrad on the persistent grid with a tile queue,
 # +2.6 to +4.2% over the one-tile grid in all six wgrad cells of three runs (benchmarks/results/issue10_s26/
-# NOTE.md). MODE 3-6 and
-# 10-12 on scales that cannot be read as words run MODE 2 (_mode3_fallback; wgrad then on the one-tile grid).
+# NOTE.md). MODE 3-6, 10 and 11 on scales that cannot be read as words run MODE 2 (_mode3_fallback); MODE 12 runs
+# on any scale strides.
 DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
 WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
@@ -1330,8 +1330,12 @@ def _words_ok(*scales):
 
 
 def _mode3_fallback(cfg, *scales):
-    """MODE 3-6 and 10-12 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring."""
-    if cfg[4] in (3, 4, 5, 6, 10, 11, 12) and not _words_ok(*scales):
+    """MODE 3-6, 10 and 11 on scales they cannot read as words run MODE 2 (U = 8) with the same tiles and ring.
+    MODE 12 reads no scale words (both factors come from the launcher's tables, which take any strides; the
+    boundary and synchronous steps load single bytes): it runs on any scales, e.g. the MoE path's token-major
+    scales [C, P/32] with strides (1, C), which sent the layer's wgrad to MODE 2 on the one-tile grid until
+    session 26."""
+    if cfg[4] in (3, 4, 5, 6, 10, 11) and not _words_ok(*scales):
         return cfg[:4] + (2, 8) + cfg[6:]
     return cfg
 

@@ -221,3 +221,20 @@ def test_e8m0_table_is_the_kernels_decode_for_every_byte():
             want = (v << 23) | ((((v - 1) | (v + 1)) & 0x100) << 14)
             assert int(bits[i, j]) & 0xFFFFFFFF == want, (v, hex(int(bits[i, j])))
     assert struct.unpack("f", struct.pack("I", 0x00400000))[0] == t[0, 0].item() and t[127, 0].item() == 1.0
+
+
+def test_mode_12_runs_on_scales_it_cannot_read_as_words():
+    """MODE 12 reads no scale words (its factors come from the launcher's tables), so scales in the MoE path's
+    token-major layout ([C, P/32] with strides (1, C), kernels.moe) or with odd row lengths keep it; MODE 11 reads
+    B's words and falls back to MODE 2 on them."""
+    import torch
+
+    from kernels.grouped_gemm.gluon_mx import WGRAD_DEFAULT_CONFIG, _mode3_fallback, _words_ok
+    token_major = torch.empty_strided((256, 1032), (1, 256), dtype=torch.uint8)
+    odd_rows = torch.empty((256, 33), dtype=torch.uint8)
+    for scales in (token_major, odd_rows):
+        assert not _words_ok(scales)
+        cfg = tuple(WGRAD_DEFAULT_CONFIG[:8])
+        assert _mode3_fallback(cfg, scales) == cfg
+        m11 = cfg[:4] + (11,) + cfg[5:]
+        assert _mode3_fallback(m11, scales)[4:6] == (2, 8)

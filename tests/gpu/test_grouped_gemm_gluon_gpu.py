@@ -347,3 +347,29 @@ def test_persistent_wgrad_runs_many_tiles_per_cta(sizes):
             assert torch.equal(out[e], torch.zeros_like(out[e]))
     out16 = launch_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, M12_WGRAD_PERSIST)
     assert rel(out16, r64) < TOL_BF16
+
+
+@pytest.mark.parametrize("config", [None, M12_WGRAD], ids=_cid)
+def test_wgrad_on_token_major_scale_layout(config):
+    """The MoE path's token-major scales are [C, P/32] with strides (1, C) (kernels.moe writes all features of a
+    token block together), which MODE 3-6/10/11 cannot read as words: MODE 12 runs on them unchanged, bit for bit
+    its output on the same scales stored row-major, within 5e-4 of the float64 reference per group."""
+    from kernels.grouped_gemm import grouped_mm_wgrad_reference
+    from kernels.grouped_gemm.gluon_mx import launch_wgrad
+    torch.manual_seed(13)
+    K, N = 512, 384
+    sizes = [300, 0, 1000, 33, 2431]
+    offs = group_offs(sizes)
+    M = (sum(sizes) + 31) // 32 * 32
+    xt, xs = quant(torch.randn(M, K, device="cuda").t(), (32, 128))
+    dt, ds = quant(torch.randn(M, N, device="cuda").t(), (32, 1))
+    xs_t, ds_t = xs.t().contiguous().t(), ds.t().contiguous().t()  # same values, strides (1, rows)
+    assert xs_t.stride() == (1, K) and ds_t.stride() == (1, N)
+    ref = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, config)
+    poison_allocator()
+    out = launch_wgrad(dt, ds_t, xt, xs_t, offs, torch.float32, config)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    r64 = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
+    for e, n in enumerate(sizes):
+        if n:
+            assert rel(out[e], r64[e]) < 5e-4, e
