@@ -870,8 +870,9 @@ def _boundary_steps(acc, bnd, xm_bufs, ym_bufs, BN: gl.constexpr, BK: gl.constex
     start, end, first_full, last_full, N, K). The operands are loaded with a token mask (the neighbour group's
     tokens may hold anything, NaN included), staged through shared memory (xm_bufs / ym_bufs: [2, rows, 32]) and
     promoted synchronously with the block's scales. Both blocks' loads are in flight together, before the
-    mainloop (with MODE 12 in the consumer partition while the TMA warp fills the ring): one memory latency
-    per tile instead of two, the second of which used to sit exposed after the mainloop."""
+    mainloop (with MODE 12 in the consumer partition while the TMA warp fills the ring), and every wgrad config
+    sums in one order: head block, tail block, mainloop. (Against a tail step after the mainloop: within the
+    noise, session 26.)"""
     x_ptr, y_ptr, sx_ptrs, syt_ptr, stride_xn, stride_yk, stride_sxt, stride_syt, n0, k0, start, end, \
         first_full, last_full, N, K = bnd
     head = (start % SK != 0) & (start < end)
