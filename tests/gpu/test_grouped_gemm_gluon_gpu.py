@@ -69,6 +69,18 @@ WGRAD_CONFIGS = [None, (128, 128, 4, 8, 0, 8, 4, 8), (128, 128, 4, 8, 2, 8, 4, 8
                  (128, 128, 3, 8, 1, 4, 2, 8), WG2_M2, M4_WS2, M4_U4, (128, 128, 4, 8, 1, 8, 4, 8, 1)] + NEW_WGRAD
 
 
+TOL_WGRAD_F32 = 5e-4  # fp32 dW per group against the float64 reference (the fp8 wgmma's own accumulation)
+
+
+def check_wgrad_groups(out, ref, sizes):
+    """Every non-empty group's fp32 dW within TOL_WGRAD_F32 of the float64 reference; empty groups exactly zero."""
+    for e, n in enumerate(sizes):
+        if n:
+            assert rel(out[e], ref[e]) < TOL_WGRAD_F32, (e, rel(out[e], ref[e]))
+        else:
+            assert torch.equal(out[e], torch.zeros_like(out[e])), e
+
+
 def _cid(c):
     """Test ids that name the config (select with -k, e.g. -k "c128_128_4_8_5 or c128_128_4_8_6 or new")."""
     return "default" if c is None else "c" + "_".join(map(str, c))
@@ -143,11 +155,8 @@ def test_gluon_wgrad(config, tail):
     poison_allocator()
     out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, cfg)
     ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
-    assert torch.equal(out[0], torch.zeros_like(out[0]))  # the empty group
     assert torch.isfinite(out).all()
-    for e in range(len(SIZES)):
-        if SIZES[e]:
-            assert rel(out[e], ref[e]) < 5e-4, e
+    check_wgrad_groups(out, ref, SIZES)  # SIZES[0] is the empty group
     out16 = launch_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, cfg)
     assert rel(out16[1:], ref[1:]) < TOL_BF16
 
@@ -308,10 +317,7 @@ def test_wgrad_boundary_blocks(config):
     ref = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
     poison_allocator()
     out = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, config)
-    assert torch.equal(out[3], torch.zeros_like(out[3]))
-    for e, n in enumerate(BLOCK_SIZES):
-        if n:
-            assert rel(out[e], ref[e]) < 5e-4, (e, rel(out[e], ref[e]))
+    check_wgrad_groups(out, ref, BLOCK_SIZES)
     if config in (None, M12_WGRAD, M12_WGRAD_PERSIST, M10_WGRAD):  # the configs test_new_wgrad_configs_bit_exact_... holds bit exact
         torch.testing.assert_close(out, launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M4_WS2), rtol=0, atol=0)
 
@@ -340,11 +346,7 @@ def test_persistent_wgrad_runs_many_tiles_per_cta(sizes):
     torch.testing.assert_close(launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M12_WGRAD_PERSIST), out, rtol=0,
                                atol=0)
     r64 = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
-    for e, n in enumerate(sizes):
-        if n:
-            assert rel(out[e], r64[e]) < 5e-4, (e, rel(out[e], r64[e]))
-        else:
-            assert torch.equal(out[e], torch.zeros_like(out[e]))
+    check_wgrad_groups(out, r64, sizes)
     out16 = launch_wgrad(dt, ds, xt, xs, offs, torch.bfloat16, M12_WGRAD_PERSIST)
     assert rel(out16, r64) < TOL_BF16
 
@@ -370,6 +372,4 @@ def test_wgrad_on_token_major_scale_layout(config):
     out = launch_wgrad(dt, ds_t, xt, xs_t, offs, torch.float32, config)
     torch.testing.assert_close(out, ref, rtol=0, atol=0)
     r64 = grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64)
-    for e, n in enumerate(sizes):
-        if n:
-            assert rel(out[e], r64[e]) < 5e-4, e
+    check_wgrad_groups(out, r64, sizes)
