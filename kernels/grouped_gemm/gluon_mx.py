@@ -38,6 +38,9 @@ memory, read as one 16-byte row per accumulator row (_stage_rows): no A words an
 U = 16: one consumer partition whose two warpgroups run one copy of the mainloop, which makes 16-step blocks fit
 the i-cache). The defaults now are MODE 12 (static ring, both factors as fp32: _mainloop).
 
+The fprop/dgrad default also moves the epilogue out of the consumer: a 2-warp storer partition writes each
+finished tile from shared memory while the consumer multiplies the next (_nt_persistent, EPI).
+
 Groups (offs, cumulative END rows, any sizes incl. 0, no host sync) are found by walking offs as in
 triton_mx.py. fprop/dgrad: rows at or after offs[-1] are written as zeros. wgrad: the tokens of group e are
 [offs[e-1], offs[e]); the full 32-token steps run through the TMA ring, the (at most two) steps that a group
@@ -567,13 +570,29 @@ def _mainloop(acc, a_desc, b_desc, a_row, b_row, k0, nk, sa_ptrs, stride_sak, sb
             _release((j0 + U - 1) // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty,
                      STAGES, SUBK, WS)
             acc = acc + p_done * gl.expand_dims(f_prev, 1)
-    # the rest (MODE 0: everything), one stage at a time, each wgmma waited for before its promotion
+    # the rest (MODE 0: everything), one stage at a time, each wgmma waited for before its promotion. fprop/dgrad
+    # MODE 12 takes the factors from its tables here too (the stage's A rows in f_bufs, B's 4 in fbt_ptr), not the
+    # scales: the consumer then needs no scale pointers (the storer-partition default spilled without it); wgrad
+    # (FUNNEL) keeps the scale bytes (the tables measured -0 to -3% there: session 27, call 3)
+    TABLES: gl.constexpr = (MODE == 12) and (f_bufs is not None) and (fbt_ptr is not None) and (not FUNNEL)
     for jt in range(n_main, nk, SUBK):
+        if TABLES:
+            fb0, fb1, fb2, fb3 = _split4(_f32x4(fbt_ptr, fb_off + kb0 + jt))
+            fa0 = gl.full([acc.shape[0]], 0.0, gl.float32, layout=gl.SliceLayout(1, acc.type.layout))  # (set below)
+            fa1 = fa0
+            fa2 = fa0
+            fa3 = fa0
         for sub in gl.static_range(SUBK):
             j = jt + sub
             if j < nk:
-                f = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j)
+                if not TABLES:
+                    f = _scale(sa_ptrs, stride_sak, sbt_ptr, stride_sbk, kb0 + j)
                 p = _mma_step(j, sub, acc, a_bufs, b_bufs, ready, STAGES, SUBK, True, acc, AROW, AROWS, st0)
+                if TABLES:
+                    if sub == 0:  # the stage has landed (_mma_step waited)
+                        fa0, fa1, fa2, fa3 = _stage_rows(f_bufs, (st0 + j // SUBK) % STAGES, AROW, AROWS,
+                                                         acc.shape[1])
+                    f = _pick4(fa0, fa1, fa2, fa3, sub) * _pick4(fb0, fb1, fb2, fb3, sub)
                 p = warpgroup_mma_wait(num_outstanding=0, deps=(p, ))
                 acc = acc + p * gl.expand_dims(f, 1)
         _release(st0 + jt // SUBK, n_st, a_desc, b_desc, a_row, b_row, k0, a_bufs, b_bufs, ready, empty, STAGES, SUBK,
@@ -590,6 +609,13 @@ def _mma_layout(BM, BN, num_warps):
 def _step_smem_layout():
     # a [rows, 32] fp8 tile: 32-byte rows, 32-byte swizzle
     return gl.NVMMASharedLayout(swizzle_byte_width=32, element_bitwidth=8, rank=2)
+
+
+@gluon.constexpr_function
+def _epi_smem_layout(elem_bits):
+    # EPI's output buffer: 16-byte chunks XOR-swizzled by row, so the accumulator's row pairs and the storer's
+    # 16-byte row reads both spread over the banks
+    return gl.SwizzledSharedLayout(vec=128 // elem_bits, per_phase=1, max_phase=8, order=[1, 0])
 
 
 @gluon.constexpr_function
@@ -663,13 +689,20 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
                    stride_sbe, stride_sbn, stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr,
                    STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
                    SUBK: gl.constexpr, WS: gl.constexpr = 2, NW: gl.constexpr = 4, f_desc=None, fb_ptr=None,
-                   stride_fbr=0):
+                   stride_fbr=0, EPI: gl.constexpr = False):
     """Persistent WS=2 grid (one CTA per SM, tiles pid, pid + grid, ...): the TMA warp runs ahead into the next
     tile while the consumers store the last one. The ring runs on across tiles, its stages counted across tiles;
     with static slots (MODE 3/6/11) each tile starts a ring round (PAD: the producer fills the rest of a tile's
     last round with empty stages, which the consumers take and release). WS=1 (NW = 8 warps): one consumer partition
     of two warpgroups running the same code (one copy of the mainloop: half the instruction-cache footprint of WS=2's
-    two specialised partitions; the partition barriers Gluon inserts then span both warpgroups)."""
+    two specialised partitions; the partition barriers Gluon inserts then span both warpgroups).
+
+    EPI (MODE 10-12, WS=1; the default): the consumer only multiplies. The TMA warp hands it each tile's (expert,
+    column tile, first row, steps) through a 2-slot shared ring (_put_ints), so it runs no group search, and it
+    leaves each finished tile in a shared buffer (stmatrix) for a 2-warp storer partition that writes it out while
+    the next tile's wgmmas run. Before (session 26) each tile's convert, layout change and global stores (and the
+    group search's loads queued behind those stores) kept both consumer warpgroups off the tensor cores ~1.2 us a
+    tile: ~10% of a 64-step tile (session 27: +6% in the 64-88-step cells, call 2)."""
     a_bufs = gl.allocate_shared_memory(a_desc.dtype, [STAGES, BM, SUBK * SK], a_desc.layout)
     b_bufs = gl.allocate_shared_memory(b_desc.dtype, [STAGES, BN, SUBK * SK], b_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -679,7 +712,37 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
         mbarrier.init(empty.index(i), count=WS)
     n_tiles = NUM_M_TILES * gl.cdiv(N, BN)
     PAD: gl.constexpr = (MODE == 3) or (MODE == 6) or (MODE == 11) or (MODE == 12)  # static: tiles start rounds
-    if f_desc is not None and WS == 1:  # MODE 10/11, one 8-warp consumer: A's factors ride with each stage
+    if f_desc is not None and WS == 1 and EPI:  # + a 2-warp storer partition (_storer_persistent)
+        f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
+        epi_buf = gl.allocate_shared_memory(c_ptr.dtype.element_ty, [BM, BN], _epi_smem_layout(
+            c_ptr.dtype.element_ty.primitive_bitwidth))
+        epi_bar = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # [full, empty]
+        mbarrier.init(epi_bar.index(0), count=1)
+        mbarrier.init(epi_bar.index(1), count=1)
+        # each tile's (expert, nt, first row, steps) from the TMA warp: the consumer runs no group search
+        tinfo = gl.allocate_shared_memory(gl.int32, [2, 4], gl.SwizzledSharedLayout(1, 1, 1, [0]))
+        t_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        t_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for i in gl.static_range(2):
+            mbarrier.init(t_ready.index(i), count=1)
+            mbarrier.init(t_free.index(i), count=1)
+        gl.warp_specialize([
+            (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
+                                   M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
+                                   stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, NW, f_bufs,
+                                   fb_ptr, stride_fbr, epi_buf, epi_bar, (tinfo, t_ready, t_free))),
+            (_producer_persistent, (a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES,
+                                    n_tiles, BM, BN, STAGES, GROUP_M, E, SUBK, PAD, f_desc, f_bufs,
+                                    (tinfo, t_ready, t_free))),
+            (_storer_persistent, (epi_buf, epi_bar, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, n_tiles, stride_cm, BM,
+                                  BN, GROUP_M, E)),
+        ], [1, 2], [40, 40])
+        mbarrier.invalidate(epi_bar.index(0))
+        mbarrier.invalidate(epi_bar.index(1))
+        for i in gl.static_range(2):
+            mbarrier.invalidate(t_ready.index(i))
+            mbarrier.invalidate(t_free.index(i))
+    elif f_desc is not None and WS == 1:  # MODE 10/11, one 8-warp consumer: A's factors ride with each stage
         f_bufs = gl.allocate_shared_memory(gl.float32, [STAGES, BM, SUBK], f_desc.layout)
         gl.warp_specialize([
             (_nt_half_persistent, (0, a_desc, b_desc, a_bufs, b_bufs, ready, empty, sa_ptr, sb_ptr, c_ptr, offs_ptr,
@@ -730,15 +793,21 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
                         offs_ptr, M, N, K, NUM_M_TILES, n_tiles, stride_sam, stride_sak, stride_sbe, stride_sbn,
                         stride_sbk, stride_cm, BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr,
                         GROUP_M: gl.constexpr, E: gl.constexpr, MODE: gl.constexpr, U: gl.constexpr,
-                        SUBK: gl.constexpr, NW: gl.constexpr = 4, f_bufs=None, fb_ptr=None, stride_fbr=0):
+                        SUBK: gl.constexpr, NW: gl.constexpr = 4, f_bufs=None, fb_ptr=None, stride_fbr=0,
+                        epi_buf=None, epi_bar=None, tring=None):
     """Consumer of the persistent grid: NW = 4: rows idx*BM/2 + [0, BM/2) of each tile (WS=2, one of two
     partitions); NW = 8: all BM rows, one 64-row half per warpgroup (WS=1, the same code for both)."""
     HB: gl.constexpr = BM // 2 if NW == 4 else BM
     AROWS: gl.constexpr = HB if NW == 4 else 0
     mma_layout: gl.constexpr = _mma_layout(HB, BN, NW)
     n_done = 0  # ring stages consumed so far (all tiles): slot and phase of the next one
+    j = 0  # tiles done
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
-        expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
+        if tring is not None:
+            expert, nt, base, nk = _take_ints(tring[0], tring[1], tring[2], j)
+            row0 = base
+        else:
+            expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
         rows = gl.minimum(base + idx * HB + gl.arange(0, HB, layout=gl.SliceLayout(1, mma_layout)), M - 1)
         sbt_ptr = sb_ptr + gl.maximum(expert, 0) * stride_sbe + (nt * BN) * stride_sbn
         fbt_ptr = None
@@ -755,16 +824,49 @@ def _nt_half_persistent(idx: gl.constexpr, a_desc, b_desc, a_bufs, b_bufs, ready
             n_done = _pad_round(n_done + n_st, n_st, ready, empty, STAGES, False)
         else:
             n_done += n_st
-        _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, NW)
+        if epi_buf is not None:  # hand the tile to the storer partition (its buffer is free once it has read it)
+            mbarrier.wait(epi_bar.index(1), (j & 1) ^ 1)
+            epi_buf.store(acc.to(c_ptr.dtype.element_ty))
+            mbarrier.arrive(epi_bar.index(0))
+        else:
+            _store_tile(acc, c_ptr, base + idx * HB, lo, hi, nt * BN, N, stride_cm, HB, BN, NW)
+        j += 1
+
+
+@gluon.jit
+def _storer_persistent(epi_buf, epi_bar, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, n_tiles, stride_cm, BM: gl.constexpr,
+                       BN: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr):
+    """EPI: the persistent grid's epilogue in its own partition: each tile's output waits in epi_buf (the consumer
+    stores it there and goes on with the next tile), this partition writes rows [lo, hi) of it to c."""
+    st_layout: gl.constexpr = _store_layout(BN, c_ptr.dtype.element_ty.primitive_bitwidth, gl.num_warps())
+    R: gl.constexpr = 16
+    i = 0
+    for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
+        expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
+        offs_n = nt * BN + gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
+        nmask = gl.expand_dims(offs_n < N, 0)
+        mbarrier.wait(epi_bar.index(0), i & 1)
+        for r0 in gl.static_range(0, BM, R):
+            out = epi_buf.slice(r0, R, dim=0).load(st_layout)
+            offs_m = base + r0 + gl.arange(0, R, layout=gl.SliceLayout(1, st_layout))
+            smask = gl.expand_dims((offs_m >= lo) & (offs_m < hi), 1) & nmask
+            gl.store(c_ptr + gl.expand_dims(offs_m, 1) * stride_cm + gl.expand_dims(offs_n, 0), out, mask=smask)
+        mbarrier.arrive(epi_bar.index(1))
+        i += 1
 
 
 @gluon.jit
 def _producer_persistent(a_desc, b_desc, a_bufs, b_bufs, ready, empty, offs_ptr, M, N, K, NUM_M_TILES, n_tiles,
                          BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr,
-                         E: gl.constexpr, SUBK: gl.constexpr, PAD: gl.constexpr, f_desc=None, f_bufs=None):
+                         E: gl.constexpr, SUBK: gl.constexpr, PAD: gl.constexpr, f_desc=None, f_bufs=None,
+                         tring=None):
     g = 0  # stages issued so far (all tiles)
+    j = 0  # tiles so far
     for t in range(gl.program_id(0), n_tiles, gl.num_programs(0)):
         expert, row0, base, lo, hi, nt, nk = _nt_tile(t, offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M, E)
+        if tring is not None:  # (expert, nt, the tile's first row, steps) for the consumer
+            _put_ints(tring[0], tring[1], tring[2], j, expert, nt, base, nk)
+        j += 1
         b_row = expert * N + nt * BN
         for st in range(gl.cdiv(nk, SUBK)):
             s = g % STAGES
@@ -783,7 +885,7 @@ def _nt_grouped_kernel(
     stride_sam, stride_sak, stride_sbe, stride_sbn, stride_sbk, stride_cm, stride_fbr,
     BM: gl.constexpr, BN: gl.constexpr, STAGES: gl.constexpr, GROUP_M: gl.constexpr, E: gl.constexpr,
     MODE: gl.constexpr, U: gl.constexpr, SUBK: gl.constexpr, WS: gl.constexpr, num_warps: gl.constexpr,
-    PERSIST: gl.constexpr = False,
+    PERSIST: gl.constexpr = False, EPI: gl.constexpr = False,
 ):
     """out[rows of group e] = A[rows] @ B[e]^T; A [M, K] (a_desc box [BM, 32]), B [E, N, K] seen as [E*N, K]
     (b_desc box [BN, 32]); scales sa[m, k/32], sb[e, n, k/32] through strides; B's scale is constant over the
@@ -796,7 +898,7 @@ def _nt_grouped_kernel(
                          "the persistent grid runs two 4-warp consumers (WS=2) or one 8-warp consumer (WS=1)")
         _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM_M_TILES, stride_sam, stride_sak,
                        stride_sbe, stride_sbn, stride_sbk, stride_cm, BM, BN, STAGES, GROUP_M, E, MODE, U, SUBK, WS,
-                       num_warps, f_desc, fb_ptr, stride_fbr)
+                       num_warps, f_desc, fb_ptr, stride_fbr, EPI)
         return
     expert, row0, base, lo, hi, nt, nk = _nt_tile(gl.program_id(0), offs_ptr, M, N, K, NUM_M_TILES, BM, BN, GROUP_M,
                                                   E)
@@ -1055,6 +1157,32 @@ def _wgrad_persistent(x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_
 
 
 @gluon.jit
+def _put_ints(bufs, t_ready, t_free, j, v0, v1, v2, v3):
+    """TMA warp: 4 int32 about this CTA's j-th tile into slot j % 2 of a [2, 4] shared ring (once the consumer
+    has read the slot's last)."""
+    slot = j % 2
+    mbarrier.wait(t_free.index(slot), ((j // 2) & 1) ^ 1)
+    lay: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    i = gl.arange(0, 4, layout=lay)
+    v = gl.where(i == 0, v0, gl.where(i == 1, v1, gl.where(i == 2, v2, v3)))
+    bufs.index(slot).store(v)
+    mbarrier.arrive(t_ready.index(slot))
+
+
+@gluon.jit
+def _take_ints(bufs, t_ready, t_free, j):
+    """Consumer: the 4 int32 of this CTA's j-th tile (each thread loads all 4: the picks move no data)."""
+    slot = j % 2
+    mbarrier.wait(t_ready.index(slot), (j // 2) & 1)
+    lay: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    v = bufs.index(slot).load(lay)
+    mbarrier.arrive(t_free.index(slot))
+    i = gl.arange(0, 4, layout=lay)
+    return (gl.sum(gl.where(i == 0, v, 0), axis=0), gl.sum(gl.where(i == 1, v, 0), axis=0),
+            gl.sum(gl.where(i == 2, v, 0), axis=0), gl.sum(gl.where(i == 3, v, 0), axis=0))
+
+
+@gluon.jit
 def _put_tile(tid_bufs, t_ready, t_free, j, t):
     """TMA warp: tile number t is the j-th tile of this CTA (slot j % 2, once the consumer read slot's last)."""
     slot = j % 2
@@ -1182,7 +1310,7 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # +2.6 to +4.2% over the one-tile grid in all six wgrad cells of three runs (benchmarks/results/issue10_s26/
 # NOTE.md). MODE 3-6, 10 and 11 on scales that cannot be read as words run MODE 2 (_mode3_fallback); MODE 12 runs
 # on any scale strides.
-DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
+DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1, 1)
 WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
@@ -1315,12 +1443,19 @@ def _tma_operand(who, name, t):
 
 def _split_config(config):
     """A launch config -> (its first 8 entries, WS); WS (the optional 9th entry) defaults to 0. An optional 10th
-    entry (fprop/dgrad, WS=2 or 8-warp WS=1, MODE 3-6) asks for the persistent grid: see launch_nt."""
+    entry (fprop/dgrad, WS=2 or 8-warp WS=1, MODE 3-6) asks for the persistent grid: see launch_nt; an 11th
+    (fprop/dgrad) for the storer partition: _epi."""
     return tuple(config[:8]), int(config[8]) if len(config) > 8 else 0
 
 
 def _persist(config):
     return bool(config[9]) if config is not None and len(config) > 9 else False
+
+
+def _epi(config):
+    """The optional 11th entry (fprop/dgrad, persistent MODE 10-12 with one 8-warp consumer): the epilogue runs in
+    a 2-warp storer partition (_storer_persistent) instead of the consumer."""
+    return bool(config[10]) if config is not None and len(config) > 10 else False
 
 
 def _words_ok(*scales):
@@ -1391,12 +1526,16 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
             _fail(who, f"MODE {MODE} (A's factors by TMA) runs on the persistent grid only: config {tuple(config)} "
                        f"needs a 10th entry 1 and WS=2, or WS=1 with 8 warps and BM=128")
         f_desc = _factor_desc(e8m0_table(sa), BM)
+    epi = _epi(config or DEFAULT_CONFIG)
+    if epi and not (f_desc is not None and WS == 1):
+        _fail(who, f"the storer partition (11th config entry) runs with MODE 10-12 and one 8-warp consumer on the "
+                   f"persistent grid; got {tuple(config)}")
     _nt_grouped_kernel[grid](
         _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs, f_desc, fb,
         M, C, R, num_m,
         sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1), sb.stride(2), out.stride(0), stride_fbr,
         BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP_M, E=E, MODE=MODE, U=U, SUBK=SUBK, WS=WS, num_warps=warps,
-        PERSIST=persist, **_ws_launch(WS, warps),
+        PERSIST=persist, EPI=epi, **_ws_launch(WS, warps),
     )
     return out
 
@@ -1493,7 +1632,7 @@ def compile_sm90(kernel, config=None, out_dtype="bf16", with_cubin=False):
                    NUM_M_TILES=i32, stride_sam=i32, stride_sak=i32, stride_sbe=i32, stride_sbn=i32, stride_sbk=i32,
                    stride_cm=i32, stride_fbr=i32)
         cx = dict(BM=BM, BN=BN, STAGES=STAGES, GROUP_M=GROUP, E=8, MODE=MODE, U=U, SUBK=SUBK, WS=WS,
-                  num_warps=warps, PERSIST=_persist(config or DEFAULT_CONFIG))
+                  num_warps=warps, PERSIST=_persist(config or DEFAULT_CONFIG), EPI=_epi(config or DEFAULT_CONFIG))
         fn = _nt_grouped_kernel
     else:
         (BN, BK, STAGES, GROUP, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)

@@ -62,7 +62,8 @@ NEW_NT = [(128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 5, 8, 4, 4, 2), (
           (128, 128, 4, 8, 5, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1, 1), (128, 128, 4, 8, 6, 16, 4, 8, 1),
           (128, 128, 4, 8, 10, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 8, 4, 8, 1, 1),
           (128, 128, 4, 8, 11, 16, 4, 8, 1, 1),  # MODE 11 = MODE 6's static ring with MODE 10's factors
-          (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)]  # MODE 12 = MODE 11 with B's factors as fp32 (no decode left)
+          (128, 128, 4, 8, 12, 16, 4, 8, 1, 1),  # MODE 12 = MODE 11 with B's factors as fp32 (no decode left)
+          (128, 128, 4, 8, 12, 16, 4, 8, 1, 1, 1)]  # + the storer partition and the tile ring (the default)
 NEW_WGRAD = [(128, 128, 4, 8, 5, 8, 4, 4, 2), (128, 128, 4, 8, 5, 8, 4, 8, 1), (128, 128, 4, 8, 5, 16, 4, 8, 1),
              (128, 128, 4, 8, 10, 16, 4, 8, 1),
              (128, 128, 4, 8, 11, 16, 4, 8, 1), (128, 128, 5, 8, 11, 16, 4, 8, 1),  # session 25: MODE 11, 4/5 stages
@@ -159,6 +160,8 @@ def test_new_configs_compile_clean(sm90, kernel, config):
     assert re.search(r"wgmma\.wait_group\.sync\.aligned 1;", ptx), "no wgmma left in flight during promotion"
     assert "C75" not in log and "Potential Performance Loss" not in log, log
     assert "0 bytes spill stores" in log, log
+    if len(config) > 10:  # the storer partition: the consumer leaves each tile in shared memory by stmatrix
+        assert "stmatrix" in ptx
     if config[4] == 12:  # both factors come as fp32: no decode left, B's 4 per stage in one 16-byte load
         assert "ld.global.v4.b32" in ptx or "ld.global.v4.f32" in ptx or "ld.global.nc.v4" in ptx, "B's factors"
         return
@@ -193,10 +196,10 @@ def test_stagewise_e8m0_decode_is_exact():
 
 def test_defaults_are_the_measured_configs():
     """The defaults are the configs measured fastest on the H100 (NOTES.md "Gluon mx32": MODE 12 for all three,
-    session 25; wgrad on the persistent grid with a tile queue, session 26); changing them needs a new
-    measurement, so the test pins them."""
+    session 25; wgrad on the persistent grid with a tile queue, session 26; fprop/dgrad with the storer partition,
+    session 27); changing them needs a new measurement, so the test pins them."""
     from kernels.grouped_gemm.gluon_mx import DEFAULT_CONFIG, WGRAD_DEFAULT_CONFIG
-    assert DEFAULT_CONFIG == (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
+    assert DEFAULT_CONFIG == (128, 128, 4, 8, 12, 16, 4, 8, 1, 1, 1)
     assert WGRAD_DEFAULT_CONFIG == (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
 
 

@@ -51,8 +51,10 @@ M10_W1_PERSIST = (128, 128, 4, 8, 10, 8, 4, 8, 1, 1)
 # MODE 12 = MODE 11 with B's factors as fp32 from a [tiles, steps] table (session 25)
 M12_PERSIST = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
 M12_WGRAD = (128, 128, 4, 8, 12, 16, 4, 8, 1)
+# session 27: MODE 12 with the epilogue in a 2-warp storer partition (11th entry)
+M12_EPI = M12_PERSIST + (1,)
 NEW_NT = [M5_PERSIST, M5_WS2, M5_W1_PERSIST, M5_W1_U16_PERSIST, M6_W1_PERSIST, M6_W1, M10_PERSIST, M10_W1_PERSIST,
-          M12_PERSIST]
+          M12_PERSIST, M12_EPI]
 # session 25: wgrad MODE 11 (static ring: 16-step blocks, then 2-stage blocks on dynamic slots), also with five
 # ring stages (20-step static blocks)
 M11_S5 = (128, 128, 5, 8, 11, 16, 4, 8, 1)
@@ -256,7 +258,8 @@ def test_mode11_candidate_bit_exact_with_special_scales(K):
     test_new_nt_configs_bit_exact_with_special_scales(M11_W1_PERSIST, K)
 
 
-@pytest.mark.parametrize("config", [M11_W1_PERSIST, M6_W1_PERSIST, M3_PERSIST, M11_S5 + (1,), M12_PERSIST], ids=_cid)
+@pytest.mark.parametrize("config", [M11_W1_PERSIST, M6_W1_PERSIST, M3_PERSIST, M11_S5 + (1,), M12_PERSIST, M12_EPI],
+                         ids=_cid)
 @pytest.mark.parametrize("K", [640, 768, 2816])
 def test_static_ring_persistent_at_any_k_bit_exact(config, K):
     """Static ring slots on the persistent grid at K without whole ring rounds (20, 24 and 88 steps of 32: a
@@ -271,6 +274,38 @@ def test_static_ring_persistent_at_any_k_bit_exact(config, K):
     out = launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, config)
     torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
     check_special_vs_reference(out, ad, as_, wd, ws, offs)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float32], ids=["bf16", "fp32"])
+def test_storer_partition_bit_exact_over_many_tiles(out_dtype):
+    """The epilogue in the storer partition (one shared buffer, handed over by two mbarriers) writes what the
+    consumer's own stores write, bit for bit, when every CTA runs several tiles (N = 2048, 88 steps; tiles of
+    groups that end inside them, an empty group, padding rows zeroed), in bf16 and fp32."""
+    from kernels.grouped_gemm.gluon_mx import launch_nt
+    ad, as_, wd, ws, offs = special_scale_operands(2816, N=2048)
+    ref = launch_nt(ad, as_, wd, ws, offs, out_dtype, M12_PERSIST)
+    poison_allocator()
+    out = launch_nt(ad, as_, wd, ws, offs, out_dtype, M12_EPI)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
+    check_special_vs_reference(out.to(torch.bfloat16), ad, as_, wd, ws, offs)
+    # ~5 tiles per CTA (the buffer's phase wraps), uneven groups, 70 padding rows
+    torch.manual_seed(11)
+    offs = group_offs([0, 1000, 33, 2047, 129, 0, 700, 31])
+    M = int(offs[-1]) + 70
+    ad, as_ = quant(torch.randn(M, 640, device="cuda"), (32, 1))
+    wd, ws = quant(torch.randn(8, 2048, 640, device="cuda") * 0.02, (32, 128))
+    ref = launch_nt(ad, as_, wd, ws, offs, out_dtype, M12_PERSIST)
+    poison_allocator()
+    out = launch_nt(ad, as_, wd, ws, offs, out_dtype, M12_EPI)
+    torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    assert torch.equal(out[-70:], torch.zeros_like(out[-70:]))
+
+
+def test_storer_partition_needs_one_consumer_on_the_persistent_grid():
+    from kernels.grouped_gemm.gluon_mx import launch_nt
+    ad, as_, wd, ws, offs = special_scale_operands(512)
+    with pytest.raises(ValueError, match="storer partition .*11th config entry"):
+        launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M5_PERSIST + (1,))
 
 
 def test_mode11_needs_the_persistent_grid():
