@@ -74,6 +74,35 @@ def test_fprop_dgrad_cutlass(ext, schedule, K, N):
         dgrad_case(w, offs, M, N, K)
 
 
+@pytest.mark.parametrize("M", [992, 8288])
+def test_dense_one_group_cutlass(ext, M):
+    """The dense case (the shape of a Linear): one group over all M rows (E = 1, offs = [M], the last 128-row tile
+    partial), fprop and dgrad with the default schedules, against the float64 references (wgrad's one-group case:
+    test_wgrad_cutlass's [8192])."""
+    from kernels.grouped_gemm import (grouped_mm_dgrad_reference, grouped_mm_fprop_reference,
+                                      mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop)
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    torch.manual_seed(22)
+    K, N = 1024, 1408
+    offs = offs_of([M])
+    x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(1, N, K, device="cuda", dtype=torch.bfloat16) * 0.02
+    ad, as_ = to_mxfp8_blocked(x, -1, 128, 1)
+    wd, ws = to_mxfp8_blocked(w, -1, 128, 128)
+    poison_allocator(M * N * 2)
+    y = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=128, w_tile=128, backend="cutlass")
+    ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
+    assert y.shape == (M, N) and rel(y.float(), ref) < TOL_BF16
+    do = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    dd, ds = to_mxfp8_blocked(do, -1, 128, 1)
+    wtd, wts = to_mxfp8_blocked(w.transpose(1, 2).contiguous(), -1, 128, 128)
+    wn, wns = wtd.transpose(1, 2), wts.transpose(1, 2)
+    poison_allocator(M * K * 2)
+    dx = mxfp8_grouped_mm_dgrad(dd, ds, wn, wns, offs, block=128, w_tile=128, backend="cutlass")
+    refd = grouped_mm_dgrad_reference(dd, ds, wn, wns, offs, out_dtype=torch.float64)
+    assert dx.shape == (M, K) and rel(dx.float(), refd) < TOL_BF16
+
+
 def fprop_case(ad, as_, wd, ws, offs, M, N):
     from kernels.grouped_gemm import grouped_mm_fprop_reference, mxfp8_grouped_mm_fprop
     poison_allocator(M * N * 2)

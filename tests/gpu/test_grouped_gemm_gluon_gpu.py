@@ -308,6 +308,47 @@ def test_storer_partition_needs_one_consumer_on_the_persistent_grid():
         launch_nt(ad, as_, wd, ws, offs, torch.bfloat16, M5_PERSIST + (1,))
 
 
+@pytest.mark.parametrize("M", [992, 8288])
+def test_dense_one_group(M):
+    """The dense case (the shape of a Linear): one group over all M rows (E = 1, offs = [M], M a multiple of 32 but
+    not of the 128-row tile, so the last tile is partial) through the public ops with backend="gluon": fprop,
+    dgrad (bf16) and wgrad (fp32 dW) within the float64 references' tolerances, with a NaN block and a zero block
+    in x."""
+    from kernels.grouped_gemm import (grouped_mm_dgrad_reference, grouped_mm_fprop_reference,
+                                      grouped_mm_wgrad_reference, mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop,
+                                      mxfp8_grouped_mm_wgrad)
+    torch.manual_seed(21)
+    K, N = 640, 384
+    offs = torch.tensor([M], dtype=torch.int32, device="cuda")
+    x = torch.randn(M, K, device="cuda")
+    x[17, 40] = float("nan")  # one 1x32 block of row 17: that row of y is NaN
+    x[500, 64:96] = 0
+    w = torch.randn(1, N, K, device="cuda") * 0.02
+    do = torch.randn(M, N, device="cuda")
+    ad, as_ = quant(x, (32, 1))
+    wd, ws = quant(w, (32, 128))
+    poison_allocator()
+    y = mxfp8_grouped_mm_fprop(ad, as_, wd, ws, offs, block=32, w_tile=128, backend="gluon")
+    ref = grouped_mm_fprop_reference(ad, as_, wd, ws, offs, out_dtype=torch.float64)
+    assert y.shape == (M, N) and torch.isnan(y[17]).all()
+    fin = torch.isfinite(ref).all(-1)
+    assert fin.sum() == M - 1 and rel(y[fin], ref[fin]) < TOL_BF16
+    dd, ds = quant(do, (32, 1))
+    wtd, wts = quant(w.transpose(1, 2).contiguous(), (32, 128))
+    dx = mxfp8_grouped_mm_dgrad(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=32, w_tile=128,
+                                backend="gluon")
+    refd = grouped_mm_dgrad_reference(dd, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs,
+                                      out_dtype=torch.float64)
+    assert dx.shape == (M, K) and rel(dx, refd) < TOL_BF16
+    x[17, 40] = 0.0
+    dt, dts = quant(do.t(), (32, 1))
+    xt, xts = quant(x.t(), (32, 128))
+    g = mxfp8_grouped_mm_wgrad(dt, dts, xt, xts, offs, block=32, a_tile=128, backend="gluon")
+    refg = grouped_mm_wgrad_reference(dt, dts, xt, xts, offs, out_dtype=torch.float64)
+    assert g.shape == (1, N, K)
+    check_wgrad_groups(g, refg, [M])
+
+
 def test_mode11_needs_the_persistent_grid():
     from kernels.grouped_gemm.gluon_mx import launch_nt
     ad, as_, wd, ws, offs = special_scale_operands(512)
