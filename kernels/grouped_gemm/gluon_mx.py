@@ -1157,26 +1157,38 @@ def _wgrad_persistent(x_desc, y_desc, x_ptr, sx_ptr, y_ptr, sy_ptr, c_ptr, offs_
 
 
 @gluon.jit
-def _put_ints(bufs, t_ready, t_free, j, v0, v1, v2, v3):
-    """TMA warp: 4 int32 about this CTA's j-th tile into slot j % 2 of a [2, 4] shared ring (once the consumer
-    has read the slot's last)."""
+def _ring_put(bufs, t_ready, t_free, j, v):
+    """TMA warp: v (about this CTA's j-th tile) into slot j % 2 of a 2-slot shared ring, once the consumer has read
+    the slot's last."""
     slot = j % 2
     mbarrier.wait(t_free.index(slot), ((j // 2) & 1) ^ 1)
-    lay: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
-    i = gl.arange(0, 4, layout=lay)
-    v = gl.where(i == 0, v0, gl.where(i == 1, v1, gl.where(i == 2, v2, v3)))
     bufs.index(slot).store(v)
     mbarrier.arrive(t_ready.index(slot))
 
 
 @gluon.jit
-def _take_ints(bufs, t_ready, t_free, j):
-    """Consumer: the 4 int32 of this CTA's j-th tile (each thread loads all 4: the picks move no data)."""
+def _ring_take(bufs, t_ready, t_free, j, lay: gl.constexpr):
+    """Consumer: the ring's slot for this CTA's j-th tile, loaded in layout lay (the slot is free again after)."""
     slot = j % 2
     mbarrier.wait(t_ready.index(slot), (j // 2) & 1)
-    lay: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
     v = bufs.index(slot).load(lay)
     mbarrier.arrive(t_free.index(slot))
+    return v
+
+
+@gluon.jit
+def _put_ints(bufs, t_ready, t_free, j, v0, v1, v2, v3):
+    """TMA warp: 4 int32 about this CTA's j-th tile into a [2, 4] ring."""
+    lay: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    i = gl.arange(0, 4, layout=lay)
+    _ring_put(bufs, t_ready, t_free, j, gl.where(i == 0, v0, gl.where(i == 1, v1, gl.where(i == 2, v2, v3))))
+
+
+@gluon.jit
+def _take_ints(bufs, t_ready, t_free, j):
+    """Consumer: the 4 int32 of this CTA's j-th tile (each thread loads all 4: the picks move no data)."""
+    lay: gl.constexpr = gl.BlockedLayout([4], [32], [gl.num_warps()], [0])
+    v = _ring_take(bufs, t_ready, t_free, j, lay)
     i = gl.arange(0, 4, layout=lay)
     return (gl.sum(gl.where(i == 0, v, 0), axis=0), gl.sum(gl.where(i == 1, v, 0), axis=0),
             gl.sum(gl.where(i == 2, v, 0), axis=0), gl.sum(gl.where(i == 3, v, 0), axis=0))
@@ -1184,23 +1196,16 @@ def _take_ints(bufs, t_ready, t_free, j):
 
 @gluon.jit
 def _put_tile(tid_bufs, t_ready, t_free, j, t):
-    """TMA warp: tile number t is the j-th tile of this CTA (slot j % 2, once the consumer read slot's last)."""
-    slot = j % 2
-    mbarrier.wait(t_free.index(slot), ((j // 2) & 1) ^ 1)
+    """TMA warp: tile number t is the j-th tile of this CTA ([2, 1] ring)."""
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-    tid_bufs.index(slot).store(gl.full([1], t, gl.int32, lay))
-    mbarrier.arrive(t_ready.index(slot))
+    _ring_put(tid_bufs, t_ready, t_free, j, gl.full([1], t, gl.int32, lay))
 
 
 @gluon.jit
 def _take_tile(tid_bufs, t_ready, t_free, j):
     """Consumer: the number of this CTA's j-th tile."""
-    slot = j % 2
-    mbarrier.wait(t_ready.index(slot), (j // 2) & 1)
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
-    t = gl.max(tid_bufs.index(slot).load(lay), axis=0)
-    mbarrier.arrive(t_free.index(slot))
-    return t
+    return gl.max(_ring_take(tid_bufs, t_ready, t_free, j, lay), axis=0)
 
 
 @gluon.jit
