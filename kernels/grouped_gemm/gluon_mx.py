@@ -697,7 +697,7 @@ def _nt_persistent(a_desc, b_desc, sa_ptr, sb_ptr, c_ptr, offs_ptr, M, N, K, NUM
     of two warpgroups running the same code (one copy of the mainloop: half the instruction-cache footprint of WS=2's
     two specialised partitions; the partition barriers Gluon inserts then span both warpgroups).
 
-    EPI (MODE 10-12, WS=1; the default): the consumer only multiplies. The TMA warp hands it each tile's (expert,
+    EPI (MODE 12, WS=1; the default): the consumer only multiplies. The TMA warp hands it each tile's (expert,
     column tile, first row, steps) through a 2-slot shared ring (_put_ints), so it runs no group search, and it
     leaves each finished tile in a shared buffer (stmatrix) for a 2-warp storer partition that writes it out while
     the next tile's wgmmas run. Before (session 26) each tile's convert, layout change and global stores (and the
@@ -1458,8 +1458,8 @@ def _persist(config):
 
 
 def _epi(config):
-    """The optional 11th entry (fprop/dgrad, persistent MODE 10-12 with one 8-warp consumer): the epilogue runs in
-    a 2-warp storer partition (_storer_persistent) instead of the consumer."""
+    """The optional 11th entry (fprop/dgrad, persistent MODE 12 with one 8-warp consumer): the epilogue runs in a
+    2-warp storer partition (_storer_persistent) instead of the consumer."""
     return bool(config[10]) if config is not None and len(config) > 10 else False
 
 
@@ -1532,8 +1532,8 @@ def launch_nt(a, sa, b, sb, offs, out_dtype, config=None):
                        f"needs a 10th entry 1 and WS=2, or WS=1 with 8 warps and BM=128")
         f_desc = _factor_desc(e8m0_table(sa), BM)
     epi = _epi(config or DEFAULT_CONFIG)
-    if epi and not (f_desc is not None and WS == 1):
-        _fail(who, f"the storer partition (11th config entry) runs with MODE 10-12 and one 8-warp consumer on the "
+    if epi and not (MODE == 12 and f_desc is not None and WS == 1):
+        _fail(who, f"the storer partition (11th config entry) runs with MODE 12 and one 8-warp consumer on the "
                    f"persistent grid; got {tuple(config)}")
     _nt_grouped_kernel[grid](
         _desc(a, [BM, SUBK * SK.value]), _desc(b2, [BN, SUBK * SK.value]), sa, sb, out, offs, f_desc, fb,
