@@ -29,7 +29,7 @@ Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantiz
   bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
   pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass (default kernels),
   op_mx128_cutlass_{coop,pp,s18} (token_align=128),
-  op_mx32_triton, op_mx32_gluon
+  op_mx32_triton, op_mx32_gluon, op_mx32_gluon_w8 (its quantizers at 8 warps, as before session 28)
   (titan_fp8.float8.experts.mxfp8_grouped_mm). --ops picks a subset (default all). FLOPs: 3 GEMMs.
 Timing: per (shape, routing, pass) every variant round-robin, --rounds rounds (default 50), CUDA events per call,
 median (benchmarks/cuda_timing.interleaved_ms; kernels alternate two input sets, each far larger than L2): the
@@ -87,6 +87,23 @@ def with_schedule(fn, sched):
         finally:
             os.environ.pop(SCHED_ENV, None)
     return run
+
+
+def with_quant_warps(fn, warps):
+    """fn with every to_mxfp8_blocked_rowcol launch at `warps` warps (quant_triton.rowcol_warps replaced for the
+    call): the quantizers as they ran before session 28 (8 warps, or the autotuner's pick of 8 / 16)."""
+    from kernels.grouped_gemm import quant_triton
+
+    def run(*a, **k):
+        real = quant_triton.rowcol_warps
+        quant_triton.rowcol_warps = lambda col_block, do_col: warps
+        try:
+            return fn(*a, **k)
+        finally:
+            quant_triton.rowcol_warps = real
+    return run
+
+
 ROUNDS = 50
 
 
@@ -357,6 +374,7 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
             lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), sched)
     ops["op_mx32_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="triton")
     ops["op_mx32_gluon"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="gluon")
+    ops["op_mx32_gluon_w8"] = with_quant_warps(ops["op_mx32_gluon"], 8)
     if only:
         unknown = set(only.split(",")) - set(ops)
         if unknown:

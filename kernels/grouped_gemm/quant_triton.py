@@ -124,25 +124,22 @@ def _blocked_rowcol_kernel(
                      sc32, mask=(pid_m * (BM // 32) + mb < MC // 32)[:, None] & cmask[None, :])
 
 
-_CONFIGS = [triton.Config({}, num_warps=w) for w in (8, 16)]
-_tuned_kernel = None
-
-
-def _kernel(config_warps):
-    global _tuned_kernel
-    if _INTERPRET or config_warps is not None:
-        return _blocked_rowcol_kernel, {"num_warps": config_warps or 4}
-    if _tuned_kernel is None:
-        _tuned_kernel = triton.autotune(configs=_CONFIGS, key=["M", "K", "RB", "RT", "CB", "CT", "DO_ROW",
-                                                               "DO_COL"])(_blocked_rowcol_kernel)
-    return _tuned_kernel, {}
+def rowcol_warps(col_block: int, do_col: bool) -> int:
+    """Warps per 128x128 tile, fixed per layout (no autotuner: it cost ~0.1 ms of host time per eager launch and
+    picked among 8 / 16 warps only). A column copy with 32-token blocks runs 4: on an H100 4 warps took 1.09 ms for
+    x rows + 32x128 x^T tiles at 65536 x 7168 where 8 and 16 took 1.74 (the 1x32 g^T copy 1.49 vs 1.74; 2.2x at
+    8192 x 4096); every other layout ran within 3% at 4 / 8 / 16 except 16 on 128-token columns (-23%), so 8
+    (benchmarks/results/mx32_linear_s28/)."""
+    if _INTERPRET:
+        return 4
+    return 4 if do_col and col_block == 32 else ROWCOL_NUM_WARPS
 
 
 def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast=None, num_warps=None,
          after=None, traced=False):
-    """The launch behind to_mxfp8_blocked_rowcol (its docstring says what `after` is). traced: the launch goes
-    through torch.library.wrap_triton with ROWCOL_NUM_WARPS (inside the triton op, so torch.compile writes it into
-    its generated code); else the autotuner, or a plain launch with num_warps."""
+    """The launch behind to_mxfp8_blocked_rowcol (its docstring says what `after` is), with num_warps or
+    rowcol_warps'. traced: through torch.library.wrap_triton (inside the triton op, so torch.compile writes the launch
+    into its generated code); else a plain launch."""
     if limit is not None and after is not None:
         raise ValueError("to_mxfp8_blocked_rowcol: limit and after cannot both be given (they share one kernel "
                          "argument)")
@@ -160,10 +157,8 @@ def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw
         # USE_LIMIT=False never reads this argument (no memset launch per call); `after`, when given, rides here so
         # that the launch depends on it
         lim = limit if limit is not None else (after if after is not None else xin)
-        if traced:
-            kernel, launch = wrap_triton(_blocked_rowcol_kernel), {"num_warps": ROWCOL_NUM_WARPS}
-        else:
-            kernel, launch = _kernel(num_warps)
+        warps = num_warps or rowcol_warps(col_block, do_col)
+        kernel = wrap_triton(_blocked_rowcol_kernel) if traced else _blocked_rowcol_kernel
         grid = (triton.cdiv(MC, BM), triton.cdiv(K, BK), B)
         kernel[grid](
             xin, qr, sr, qc, sc, lim,
@@ -171,7 +166,7 @@ def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw
             BM=BM, BK=BK, RB=row_block, RT=row_tile, CB=col_block, CT=col_tile, DO_ROW=do_row, DO_COL=do_col,
             USE_LIMIT=limit is not None, HW_CAST=hw, IS_BF16=is_bf16,
             # every argument spelled out: inductor's launcher of a traced kernel takes no defaults
-            F32=False, sr0=0, sr1=0, sc0=0, sc1=0, **launch,
+            F32=False, sr0=0, sr1=0, sc0=0, sc1=0, num_warps=warps,
         )
     f8 = torch.float8_e4m3fn
     return qr.view(f8), sr, qc.view(f8), sc
@@ -249,9 +244,9 @@ def to_mxfp8_tiles_many(xs, tile: int = 128, hw_cast: bool | None = None, num_wa
     return out
 
 
-# Fixed launch configuration of the traced twin below (not autotuned, so that torch.compile writes the launch into
-# its generated code; the autotuner's two configs measured equal on the row copies and 8 warps 1.5x faster on the
-# weights' column copies: benchmarks/results/moe_kernels_mx_ab-nvidia-h100-2026-11-25-call1.log).
+# Warps of every launch but rowcol_warps' 32-token column copies (not autotuned, so that torch.compile writes the
+# traced twin's launch into its generated code; 8 and 16 warps measured equal on the row copies and 8 1.5x faster on
+# the weights' column copies: benchmarks/results/moe_kernels_mx_ab-nvidia-h100-2026-11-25-call1.log).
 ROWCOL_NUM_WARPS = 8
 
 
@@ -287,7 +282,7 @@ def _(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, after
 
 # Fixed launch configuration for to_mx128_blockwise (not autotuned, so that torch.compile traces the launch into
 # its generated code through torch.library.triton_op: no Python launcher or custom-op dispatch per call, which
-# costs ~0.25 ms of host time on torch 2.11; kernels/float8_cast says the same). 8 warps: one of _CONFIGS.
+# costs ~0.25 ms of host time on torch 2.11; kernels/float8_cast says the same). 8 warps: ROWCOL_NUM_WARPS'.
 BLOCKWISE_NUM_WARPS = 8
 
 

@@ -98,7 +98,7 @@ def test_wgrad_gpu(block, tile):
     assert rel(out, ref) < 5e-4
 
 
-@pytest.mark.parametrize("rb,cb,ct", [(128, 128, 128), (32, 32, 1), (128, 128, 1)])
+@pytest.mark.parametrize("rb,cb,ct", [(128, 128, 128), (32, 32, 1), (32, 32, 128), (128, 128, 1)])
 def test_triton_blocked_quantizer_gpu_bit_identical(rb, cb, ct):
     """Compiled (hardware e4m3 cast on sm_90) one-read quantizer == quant.py's PyTorch, byte for byte."""
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
