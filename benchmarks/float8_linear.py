@@ -44,7 +44,7 @@ SMOKE = [("smoke 256x256x256", 256, 256, 256), ("smoke 128x512x256", 128, 512, 2
 SHAPE_SETS = {"all": LLAMA_MOE + TORCHAO_DOCS, "llama_moe": LLAMA_MOE, "torchao_docs": TORCHAO_DOCS,
               "acceptance": LLAMA_MOE[:1], "llama_moe_rest": LLAMA_MOE[1:]}
 OURS = ["tensorwise", "rowwise", "blockwise", "mxfp8", "mxfp8_mx128"]
-# variant name -> Float8Config keys ("mxfp8" alone keeps its default linear_granularity "mx32").
+# variant name -> Float8Config keys ("mxfp8" alone keeps its default linear_granularity).
 # mx128 experiments (module switches, set before every step of the variant; dynamo guards on them):
 #   mxfp8_mx128_opaque  the quantizer called as an opaque custom op (dispatcher per call) instead of a triton op
 #                       whose launch torch.compile traces into its code: what the traced launch saves in host time
@@ -52,9 +52,14 @@ OURS = ["tensorwise", "rowwise", "blockwise", "mxfp8", "mxfp8_mx128"]
 #   mxfp8_mx128_xt1x128 grad-weight's x^T operand in 1x128 blocks along tokens instead of 128x128 tiles
 #                       (linear.MX128_WGRAD_X_TILES = False; the 2026-11-23 results call the tiled default
 #                       "mxfp8_mx128_xtiles" and this one "mxfp8_mx128", from before the default changed)
+#   mxfp8_mx32          linear_granularity "mx32" (1x32 blocks, 128x128 weight tiles; GEMMs on kernels.grouped_gemm)
+#   mxfp8_mx32_tile32   linear_granularity "mx32_tile32" (32x32 weight tiles, dequantized GEMMs; what "mxfp8"
+#                       ran before 2026-11-27). "mxfp8" alone runs the default linear_granularity.
 MX128 = dict(recipe_name="mxfp8", linear_granularity="mx128")
 VARIANT_KEYS = {"mxfp8_mx128": MX128, "mxfp8_mx128_opaque": MX128, "mxfp8_mx128_w16": MX128,
-                "mxfp8_mx128_xt1x128": MX128}
+                "mxfp8_mx128_xt1x128": MX128,
+                "mxfp8_mx32": dict(recipe_name="mxfp8", linear_granularity="mx32"),
+                "mxfp8_mx32_tile32": dict(recipe_name="mxfp8", linear_granularity="mx32_tile32")}
 SWITCH_DEFAULTS = {("kernels.grouped_gemm.quant_triton", "TRACED_LAUNCH"): True,
                    ("kernels.grouped_gemm.quant_triton", "BLOCKWISE_NUM_WARPS"): 8,
                    ("titan_fp8.float8.linear", "MX128_WGRAD_X_TILES"): True}
@@ -316,7 +321,7 @@ def main():
         keep = [m for m in table.get("measured", [])
                 if (m["recipe"], m["K"], m["N"]) not in {(x["recipe"], x["K"], x["N"]) for x in measured}]
         table["measured"] = keep + measured
-        table["measured_source"] = f"{os.path.relpath(path, ROOT)} ({dev}, {result['date']})"
+        table["measured_source"] = f"{os.path.relpath(path, ROOT)} ({result['device']}, {result['date']})"
         with open(TABLE, "w") as f:
             json.dump(table, f, indent=1)
         print(f"updated {TABLE} with {len(measured)} measured rows")

@@ -207,13 +207,14 @@ def dcp_roundtrip(config, tmpdir):
 
 
 def mxfp8_gather(tmp):
-    """The mxfp8 all-gathered weight (the Float8GatheredWeight's bytes and 32x32 tile scales) vs
-    quantize-after-gather, and AG on/off losses."""
+    """The mxfp8 "mx32_tile32" all-gathered weight (the Float8GatheredWeight's bytes and 32x32 tile scales) vs
+    quantize-after-gather, and AG on/off losses (the 128x128-tile granularities: float8_mx128_fsdp_worker.py)."""
     from kernels.mxfp8 import to_mxfp8_tiles32
 
     from titan_fp8.float8 import Float8Config
-    on = Float8Config(recipe_name="mxfp8", emulate=EMULATE, enable_fsdp_float8_all_gather=True)
-    off = Float8Config(recipe_name="mxfp8", emulate=EMULATE)
+    on = Float8Config(recipe_name="mxfp8", linear_granularity="mx32_tile32", emulate=EMULATE,
+                      enable_fsdp_float8_all_gather=True)
+    off = Float8Config(recipe_name="mxfp8", linear_granularity="mx32_tile32", emulate=EMULATE)
     res_on, _ = train(on, steps=3, record_weights=True)
     res_off, _ = train(off, steps=3)
     exact = {}

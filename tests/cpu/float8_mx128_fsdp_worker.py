@@ -1,5 +1,5 @@
-"""gloo worker for tests/cpu/test_float8_mx128_linear.py: FSDP2 float8 all-gather of mxfp8 "mx128" Linear weights
-(128x128 tiles) on `world` CPU processes (argv: out_dir world). Saves per rank: the weight each Float8Linear saw
+"""gloo worker for tests/cpu/test_float8_mx128_linear.py: FSDP2 float8 all-gather of mxfp8 "mx128" or "mx32" Linear
+weights (128x128 tiles, the same bytes for both) on `world` CPU processes (argv: out_dir world [granularity]). Saves per rank: the weight each Float8Linear saw
 in its first forward (the decoded gathered weight, or the plain weight without float8 all-gather) and its type,
 the full weights at that moment, losses with float8 all-gather on and off, the first step's gradients, how often
 the Linear quantized a weight (128x128 tiles) itself, and the all-gather / MAX all-reduce counts."""
@@ -39,14 +39,16 @@ def batch(step):
     return x
 
 
-def train(all_gather: bool):
+def train(all_gather: bool, granularity: str):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     from titan_fp8.float8 import Float8Config, Float8Linear, check_float8_all_gather, convert_to_float8_training
     from titan_fp8.float8 import linear as f8linear
 
-    cfg = Float8Config(recipe_name="mxfp8", linear_granularity="mx128", emulate=True,
+    from titan_fp8.float8.gathered import Float8GatheredWeight
+
+    cfg = Float8Config(recipe_name="mxfp8", linear_granularity=granularity, emulate=True,
                        enable_fsdp_float8_all_gather=all_gather)
     torch.manual_seed(0)
     m = convert_to_float8_training(Net(), cfg)
@@ -67,12 +69,16 @@ def train(all_gather: bool):
     for name, mod in m.named_modules():
         if isinstance(mod, Float8Linear):
             mod.register_forward_pre_hook(lambda mod, args, name=name: hook(mod, args, name))
-    quantize_mx128, weight_quantizations = f8linear._quantize_mx128, [0]
+    quantize_mx128, mx32_weight, weight_quantizations = f8linear._quantize_mx128, f8linear._mx32_weight, [0]
 
-    def counting(t, tile, *args, **kwargs):  # tile=True: a 128x128-tile (weight) quantization inside the Linear
+    def counting(t, tile, *args, **kwargs):  # mx128, tile=True: a 128x128-tile (weight) quantization in the Linear
         weight_quantizations[0] += bool(tile)
         return quantize_mx128(t, tile, *args, **kwargs)
-    f8linear._quantize_mx128 = counting
+
+    def counting_mx32(w, *args, **kwargs):  # mx32: the Linear's weight operand, quantized unless it was gathered
+        weight_quantizations[0] += not isinstance(w, Float8GatheredWeight)
+        return mx32_weight(w, *args, **kwargs)
+    f8linear._quantize_mx128, f8linear._mx32_weight = counting, counting_mx32
     counter = Counter()
     losses = []
     for step in range(STEPS):
@@ -87,17 +93,17 @@ def train(all_gather: bool):
         opt.zero_grad(set_to_none=True)
         losses.append(loss.item())
     counter.restore()
-    f8linear._quantize_mx128 = quantize_mx128
+    f8linear._quantize_mx128, f8linear._mx32_weight = quantize_mx128, mx32_weight
     return dict(losses=losses, seen=seen, seen_types=seen_types, full=full, grads=grads,
                 weight_quantizations=weight_quantizations[0], ag_bytes=counter.ag_bytes,
                 max_allreduce=counter.max_allreduce)
 
 
-def main(rank, world, init_file, out_dir):
+def main(rank, world, init_file, out_dir, granularity):
     os.environ.setdefault("TRITON_INTERPRET", "1")
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
-    res = {"on": train(True), "off": train(False)}
+    res = {"on": train(True, granularity), "off": train(False, granularity)}
     torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.barrier()
     dist.destroy_process_group()
@@ -106,4 +112,5 @@ def main(rank, world, init_file, out_dir):
 if __name__ == "__main__":
     import torch.multiprocessing as mp
     out_dir, world = sys.argv[1], int(sys.argv[2])
-    mp.spawn(main, args=(world, os.path.join(out_dir, "init"), out_dir), nprocs=world, join=True)
+    granularity = sys.argv[3] if len(sys.argv) > 3 else "mx128"
+    mp.spawn(main, args=(world, os.path.join(out_dir, "init"), out_dir, granularity), nprocs=world, join=True)

@@ -201,15 +201,16 @@ def test_launcher_check_config_and_missing_file():
 
 
 def test_float8_all_gather_that_cannot_be_honoured_is_a_start_up_config_error():
-    """mxfp8 float8 all-gather needs whole 32-row tiles per FSDP shard: the debug model's 32-row wk/wv over 2
-    shards cannot, and that is a one-line ConfigError naming the file and [float8] key before any step runs."""
+    """mxfp8 float8 all-gather needs whole weight tiles per FSDP shard ("mx32_tile32": 32 rows): the debug model's
+    32-row wk/wv over 2 shards cannot, and that is a one-line ConfigError naming the file and [float8] key before
+    any step runs ("mx32" would refuse the debug model's 64-wide Linears earlier: 128x128 tiles)."""
     import torch
 
     from titan_fp8.config import ConfigError, load_config
     from titan_fp8.train.trainer import build_model
 
-    overrides = ["--float8.enable", "--float8.recipe_name=mxfp8", "--float8.enable_fsdp_float8_all_gather",
-                 "--float8.emulate"]
+    overrides = ["--float8.enable", "--float8.recipe_name=mxfp8", "--float8.linear_granularity=mx32_tile32",
+                 "--float8.enable_fsdp_float8_all_gather", "--float8.emulate"]
     cfg = load_config("train_configs/debug_moe.toml", overrides, world_size=2)
     with pytest.raises(ConfigError, match=r"debug_moe.toml: \[float8\] enable_fsdp_float8_all_gather: .*attention.wk"):
         build_model(cfg, torch.device("cpu"), lambda *a: None)

@@ -96,8 +96,15 @@ def test_default_exclusions_and_dim_rules():
     assert isinstance(m.tok_embeddings, nn.Embedding) and type(m.output) is nn.Linear
     assert type(m.layers[0].moe.router.gate) is nn.Linear and isinstance(m.layers[0].norm, nn.RMSNorm)
     # mxfp8 needs multiples of 32: wk [64 -> 48] stays high precision
-    m = convert_to_float8_training(Model(), Float8Config(recipe_name="mxfp8", emulate=True))
+    tile32 = Float8Config(recipe_name="mxfp8", linear_granularity="mx32_tile32", emulate=True)
+    m = convert_to_float8_training(Model(), tile32)
     assert "layers.0.wk" not in converted(m) and "layers.0.wq" in converted(m)
+    assert converted(convert_to_float8_training(Model(), Float8Config(recipe_name="mxfp8", emulate=True))) == \
+        converted(m)  # the default is "mx32_tile32"
+    # "mx32" (128x128 weight tiles) refuses the 64-wide ones "mx32_tile32" takes, by name
+    with pytest.raises(ValueError, match=r"^linear_granularity: output_proj \[in_features=64, out_features=64\]"):
+        convert_to_float8_training(Model(), Float8Config(recipe_name="mxfp8", linear_granularity="mx32",
+                                                         emulate=True))
 
 
 def test_filters_configurable_and_module_filter_fn():
@@ -143,7 +150,8 @@ def test_gpu_matmul_without_emulate_on_cpu_is_a_clear_error():
 
 def test_check_float8_all_gather_flags_mxfp8_shards_straddling_tiles():
     from titan_fp8.float8 import check_float8_all_gather
-    cfg = Float8Config(recipe_name="mxfp8", emulate=True, enable_fsdp_float8_all_gather=True)
+    cfg = Float8Config(recipe_name="mxfp8", linear_granularity="mx32_tile32", emulate=True,
+                       enable_fsdp_float8_all_gather=True)
     ok = convert_to_float8_training(nn.Sequential(nn.Linear(64, 128, bias=False)), cfg)
     check_float8_all_gather(ok, 2)  # 128/2 = 64 rows: whole tiles
     m = convert_to_float8_training(nn.Sequential(nn.Linear(64, 128, bias=False), nn.Linear(128, 96, bias=False)), cfg)

@@ -118,9 +118,12 @@ def test_one_process_float8_all_gather_trains(tmp_path, linear_recipe, moe_recip
     from _train_runs import explain, metrics, run_train
 
     dump = str(tmp_path / "run")
+    # dims raised to 128 (the mxfp8 experts' and "mx32" Linears' 128x128 weight tiles; wk/wv: 4 kv heads of 32)
     proc = run_train(dump, 1, ["--training.steps=4", "--training.seq_len=64", "--metrics.log_freq=1",
-                               "--model.dim=128", "--model.moe.hidden_dim=128", "--float8.enable",
+                               "--model.dim=128", "--model.moe.hidden_dim=128", "--model.n_kv_heads=4",
+                               "--model.moe.shared_hidden_dim=128", "--float8.enable",
                                f"--float8.recipe_name={linear_recipe}", f"--float8.moe_recipe_name={moe_recipe}",
+                               *(["--float8.linear_granularity=mx32"] if linear_recipe == "mxfp8" else []),
                                "--float8.enable_fsdp_float8_all_gather",
                                "--float8.precompute_float8_dynamic_scale_for_fsdp", "--float8.emulate"],
                      timeout=400)

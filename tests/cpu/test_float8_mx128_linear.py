@@ -1,6 +1,7 @@
 """The MXFP8 Linear with linear_granularity = "mx128" (recipe_name = "mxfp8"): config, conversion, numerics of the
 emulated twin against float64, its one-read Triton quantizers (interpreted) against their plain PyTorch twin, the
-Triton path under torch.compile, and FSDP2 float8 all-gather of its 128x128-tile weights (2 and 1 gloo processes).
+Triton path under torch.compile, and FSDP2 float8 all-gather of its 128x128-tile weights (2 and 1 gloo processes;
+"mx32", whose weight bytes are the same, on 2).
 The cuBLAS argument layouts are checked in tests/cpu/test_float8_blockwise_layout.py (the same autograd function).
 """
 import os
@@ -40,11 +41,12 @@ def test_config_errors_name_the_key(kwargs):
 
 
 def test_config_defaults():
-    assert Float8Config(recipe_name="mxfp8").linear_granularity == "mx32"
+    assert Float8Config(recipe_name="mxfp8").linear_granularity == "mx32_tile32"
     assert Float8Config(recipe_name="tensorwise").linear_granularity is None
     c = Float8Config(**MX128)
     assert c.mx128_linear and c.linear_dim_multiple == 128
-    assert Float8Config(recipe_name="mxfp8").linear_dim_multiple == 32
+    assert Float8Config(recipe_name="mxfp8").linear_dim_multiple == 32  # the default "mx32_tile32"
+    assert Float8Config(recipe_name="mxfp8", linear_granularity="mx32").linear_dim_multiple == 128
 
 
 def test_toml_and_cli(tmp_path):
@@ -61,12 +63,13 @@ def test_toml_and_cli(tmp_path):
 def test_dims_not_multiples_of_128_are_a_startup_error_naming_the_layer():
     def model():
         return nn.Sequential(nn.Linear(256, 256, bias=False), nn.Linear(256, 160, bias=False),
-                             nn.Linear(256, 100, bias=False))  # 100: not even mxfp8-eligible (skipped as for mx32)
+                             nn.Linear(256, 100, bias=False))  # 100: not even mxfp8-eligible (skipped)
     with pytest.raises(ValueError, match=r"^linear_granularity: 1 \[in_features=256, out_features=160\]"):
         convert_to_float8_training(model(), Float8Config(**MX128))
     m = convert_to_float8_training(model(), Float8Config(**MX128, filter_fqns=["1"]))
     assert [type(c) for c in m] == [Float8Linear, nn.Linear, nn.Linear]
-    m = convert_to_float8_training(model(), Float8Config(recipe_name="mxfp8", emulate=True))  # mx32 takes 160
+    m = convert_to_float8_training(model(), Float8Config(recipe_name="mxfp8", linear_granularity="mx32_tile32",
+                                                         emulate=True))  # mx32_tile32 takes 160
     assert [type(c) for c in m] == [Float8Linear, Float8Linear, nn.Linear]
 
 
@@ -233,13 +236,14 @@ def test_triton_path_compiles_in_one_graph(triton_quantizers):
 
 
 # ------------------------------------------------------------------------------------------ float8 all-gather
-@pytest.fixture(scope="module", params=[2, 1], ids=["2ranks", "1rank"])
+@pytest.fixture(scope="module", params=[(2, "mx128"), (1, "mx128"), (2, "mx32")],
+                ids=["2ranks", "1rank", "2ranks_mx32"])
 def gather_runs(request, tmp_path_factory):
-    world = request.param
-    out = tmp_path_factory.mktemp(f"mx128_fsdp{world}")
+    world, gran = request.param
+    out = tmp_path_factory.mktemp(f"{gran}_fsdp{world}")
     env = dict(os.environ, TRITON_INTERPRET="1", OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "float8_mx128_fsdp_worker.py"), str(out), str(world)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, os.path.join(HERE, "float8_mx128_fsdp_worker.py"), str(out), str(world),
+                           gran], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
@@ -298,7 +302,7 @@ def _same_bits(a, b):
 @pytest.fixture
 def weight_quantizations(monkeypatch):
     """Counts the Linear's own weight quantizations: mx128 128x128-tile calls of _quantize_mx128 (x and g use
-    1x128 blocks), mx32 calls of mx_quantize_weight."""
+    1x128 blocks), mx32_tile32 calls of mx_quantize_weight."""
     count = [0]
     q128, q32 = f8linear._quantize_mx128, f8linear.mx_quantize_weight
 
@@ -322,7 +326,7 @@ def _linear_step(x, w, g, cfg):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("gran", ["mx128", "mx32"])
+@pytest.mark.parametrize("gran", ["mx128", "mx32_tile32"])
 def test_gathered_weight_is_read_not_requantized_and_equals_quantize_after_gather(weight_quantizations, gran,
                                                                                   dtype):
     """The float8 all-gather's weight (pre- and post-all-gather hooks on one rank) reaches the GEMMs as its bytes
@@ -358,7 +362,7 @@ def test_gathered_weight_is_read_not_requantized_and_equals_quantize_after_gathe
 def test_gathered_operands_are_the_quantizers_operands_bit_for_bit():
     """The operands read from a gathered weight are, byte for byte and in the same layouts, what the Linear's own
     quantizers write for the full weight: mx128 forward w and grad-input's w^T (tile-factor buffers padded to a
-    multiple of 4 blocks: 5 -> 8 and 3 -> 4 here), mx32's (data, scale_k). Edge tiles as above plus one value near
+    multiple of 4 blocks: 5 -> 8 and 3 -> 4 here), mx32_tile32's (data, scale_k). Edge tiles as above plus one value near
     the fp32 maximum (its tile decodes to inf: 256 * 2^120)."""
     from titan_fp8.float8.weights import gather_on_one_rank
     gen = torch.Generator().manual_seed(12)
@@ -373,12 +377,13 @@ def test_gathered_operands_are_the_quantizers_operands_bit_for_bit():
         assert s.shape == s_ref.shape and s.stride() == s_ref.stride()
         assert torch.equal(q.view(torch.uint8), q_ref.view(torch.uint8))
         assert torch.equal(s.view(torch.int32), s_ref.view(torch.int32))  # NaN factors and 1.0 padding included
-    mx32 = gather_on_one_rank(w, Float8Config(recipe_name="mxfp8", emulate=True, enable_fsdp_float8_all_gather=True))
-    for a, b in zip(f8linear._mx32_weight(mx32), f8linear.mx_quantize_weight(w)):
+    mx32 = gather_on_one_rank(w, Float8Config(recipe_name="mxfp8", linear_granularity="mx32_tile32", emulate=True,
+                                              enable_fsdp_float8_all_gather=True))
+    for a, b in zip(f8linear._mx32_tile32_weight(mx32), f8linear.mx_quantize_weight(w)):
         assert a.dtype == b.dtype and torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
-@pytest.mark.parametrize("gran", ["mx128", "mx32"])
+@pytest.mark.parametrize("gran", ["mx128", "mx32", "mx32_tile32"])
 def test_gathered_weight_compiles_in_one_graph(triton_quantizers, monkeypatch, gran):
     """torch.compile (aot_eager, fullgraph) takes the gathered weight as a graph input through
     __tensor_flatten__ and gives eager's output and gradients (mx128 with the interpreted Triton quantizers for
@@ -408,7 +413,9 @@ def test_gathered_weight_compiles_in_one_graph(triton_quantizers, monkeypatch, g
     def fwd(x, w):  # mx128: emulate=False takes the Triton quantizers (GEMMs still emulated on CPU)
         if gran == "mx128":
             return f8linear._BlockwiseMM.apply(x, w, False, True, True, f8linear.MX128_WGRAD_X_TILES)
-        return f8linear._MXFP8MM.apply(x, w, True)
+        if gran == "mx32":  # x and g through the (patched-in) Triton quantizers, GEMMs emulated
+            return f8linear._MXFP8MM.apply(x, w, True)
+        return f8linear._MXFP8Tile32MM.apply(x, w, True)
     eager = step(fwd)
     compiled = step(torch.compile(fwd, backend="aot_eager", fullgraph=True))
     for a, b in zip(eager, compiled):

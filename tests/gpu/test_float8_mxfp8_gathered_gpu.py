@@ -2,8 +2,8 @@
 (titan_fp8.float8.gathered.Float8GatheredWeight, built here by the real FSDP2 hooks on one rank, whose
 pre-all-gather quantizes with kernels.grouped_gemm's Triton tile quantizer) and must give exactly what the plain
 weight gives (the Linear's own Triton quantizer, to_mx128_blockwise, on the full weight): output and both
-gradients bit for bit on the cuBLAS blockwise path (mx128) and the bf16-dequantized path (mx32), eager and under
-inductor. The CPU tests check the same with the emulated GEMMs (tests/cpu/test_float8_mx128_linear.py) and the
+gradients bit for bit on the cuBLAS blockwise path (mx128), the Gluon 1x32 kernels (mx32) and the bf16-dequantized
+path (mx32_tile32), eager and under inductor. The CPU tests check the same with the emulated GEMMs (tests/cpu/test_float8_mx128_linear.py) and the
 cuBLAS arguments with a recorder (tests/cpu/test_float8_blockwise_layout.py)."""
 import pytest
 import torch
@@ -38,7 +38,7 @@ def fwd_bwd(f, x, w, g):
 
 
 @pytest.mark.parametrize("compiled", [False, True], ids=["eager", "inductor"])
-@pytest.mark.parametrize("gran", ["mx128", "mx32"])
+@pytest.mark.parametrize("gran", ["mx128", "mx32", "mx32_tile32"])
 # (M, K, N): the small shape of the task (K/128 = 4, N/128 = 3: padded tile-scale layouts), a Llama-3-8B one
 @pytest.mark.parametrize("M,K,N", [(256, 512, 384), (8192, 4096, 4096)])
 def test_gathered_weight_equals_plain_weight_bit_for_bit(M, K, N, gran, compiled):

@@ -25,12 +25,17 @@ MOE_RECIPES = ("none", "fp8_rowwise", "mxfp8")
 MOE_GRANULARITIES = {"mx128": 128, "mx32": 32, "mx32_plain": 32}
 DEFAULT_MOE_GRANULARITY = "mx128"
 # mxfp8 Linear granularity (`linear_granularity`) -> dims of a converted Linear must be multiples of this:
-#   "mx32"   OCP MX: E8M0 scale per 1x32 block of x / grad_out, per 32x32 tile of w. Hopper has no MXFP8 MMA:
-#            the operands are dequantized to bf16 for cuBLAS.
+#   "mx32_tile32"  (default) OCP MX: E8M0 scale per 1x32 block of x / grad_out (along tokens for grad-weight), per
+#            32x32 tile of w. No kernel reads those tiles: the operands are dequantized to bf16 for cuBLAS.
+#   "mx32"   1x32 blocks as "mx32_tile32" but w in 128x128 tiles (and grad-weight's x^T one scale per 32 tokens x
+#            128 features): the routed experts' "mx32" numbers, whose GEMMs run on kernels.grouped_gemm's true-1x32
+#            kernels (Gluon on sm_90), which need the 128-row weight tiles. Not the default: on an H100 it took the
+#            same GPU time as "mx32_tile32" (0.81 vs 0.80x bf16 at 8192x4096->4096) and more host time per call
+#            (benchmarks/results/mx32_linear_s28/NOTE.md).
 #   "mx128"  MXFP8 numbers (e4m3, power-of-two scales) shared over 1x128 blocks of x / grad_out and 128x128
 #            tiles of w: the GEMMs run on cuBLAS's fp8 blockwise kernels (linear.py).
-LINEAR_GRANULARITIES = {"mx32": 32, "mx128": 128}
-DEFAULT_LINEAR_GRANULARITY = "mx32"
+LINEAR_GRANULARITIES = {"mx32_tile32": 32, "mx32": 128, "mx128": 128}
+DEFAULT_LINEAR_GRANULARITY = "mx32_tile32"
 # fp8_rowwise: torch._scaled_grouped_mm wants every group's rows 16-aligned
 FP8_ROWWISE_TOKEN_ALIGN = 16
 
@@ -98,9 +103,11 @@ class Float8Config:
     moe_granularity: mxfp8 experts only: "mx128" (default when moe_recipe_name = "mxfp8"), "mx32" or
         "mx32_plain" (titan_fp8/float8/experts.py says what each shares a scale over). Left unset (None) for
         the other MoE recipes; setting it there is an error (it would mean nothing).
-    linear_granularity: recipe_name = "mxfp8" only: "mx32" (default; OCP MX 1x32 blocks, dequantized to bf16
-        for the GEMMs on Hopper) or "mx128" (scales shared over 1x128 blocks / 128x128 weight tiles; GEMMs on
-        cuBLAS fp8 blockwise; Linear dims must be multiples of 128). Unset (None) for the other recipes.
+    linear_granularity: recipe_name = "mxfp8" only: "mx32_tile32" (default; OCP MX 1x32 blocks on activations
+        and gradients, 32x32 weight tiles; dequantized to bf16 for the GEMMs), "mx32" (1x32 blocks, 128x128
+        weight tiles; GEMMs on kernels.grouped_gemm's 1x32 kernels) or "mx128" (scales shared over 1x128
+        blocks / 128x128 weight tiles; GEMMs on cuBLAS fp8 blockwise, the fast one on Hopper). Linear dims must
+        be multiples of 32 ("mx32_tile32") or 128 ("mx32", "mx128"). Unset (None) for the other recipes.
     moe_keep_input_copy: float8 experts only. False (default): an MoE's experts save the layer input (which its
         router keeps for its own weight gradient anyway) and remake its float8 token-major copy, the operand of
         w13's weight gradient, in backward right before that GEMM. True: they keep that copy from forward to

@@ -3,9 +3,9 @@
 A Linear is converted when
   - it is exactly nn.Linear (not a subclass, not already converted);
   - in_features and out_features are multiples of the recipe's dim_multiple (16; mxfp8 32; blockwise 128);
-    with recipe "mxfp8" and linear_granularity "mx128", a Linear the filters select whose dims are not
-    multiples of 128 is a start-up error naming it (exclude it with filter_fqns, or use "mx32"; dims that are
-    not even multiples of 32 are skipped, as for "mx32");
+    with recipe "mxfp8" and linear_granularity "mx32" or "mx128", a Linear the filters select whose dims are
+    not multiples of 128 (the weight tiles) is a start-up error naming it (exclude it with filter_fqns, or use
+    the default "mx32_tile32"; dims that are not even multiples of 32 are skipped, as for "mx32_tile32");
   - no entry of config.filter_fqns is a whole dotted component run of its fqn (default ("output", "router"):
     the output head and the MoE router gate `layers.<i>.moe.router.gate` stay high precision; embedding,
     norms and the attention core are not nn.Linear and are never touched);
@@ -74,7 +74,8 @@ def _check_linear_dims(mod: nn.Linear, fqn: str, config: Float8Config) -> None:
         raise ValueError(f"linear_granularity: {fqn} [in_features={mod.in_features}, out_features="
                          f"{mod.out_features}] cannot run recipe_name='mxfp8' with linear_granularity="
                          f"{config.linear_granularity!r}: its dims must be multiples of {m}; exclude it with "
-                         f"filter_fqns=[..., {fqn.rsplit('.', 1)[-1]!r}] or use linear_granularity='mx32'")
+                         f"filter_fqns=[..., {fqn.rsplit('.', 1)[-1]!r}] or use linear_granularity='mx32_tile32' (32x32 "
+                         f"weight tiles, dims multiples of 32; its GEMMs dequantize to bf16)")
 
 
 def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=None) -> None:
@@ -160,10 +161,11 @@ def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
         rows, c = mod.out_features, mod.float8_config
         tile = c.linear_dim_multiple
         if c.recipe_name == "mxfp8" and (rows % world_size or (rows // world_size) % tile):
-            bad.append(f"{fqn} [out_features={rows}]" + (" (mx128)" if tile == 128 else ""))
+            bad.append(f"{fqn} [out_features={rows}] ({c.linear_granularity})")
     if bad:
         raise ValueError(f"enable_fsdp_float8_all_gather: with recipe 'mxfp8' every FSDP shard must hold a multiple "
-                         f"of the weight tile's rows (32 for mx32, 128 for mx128: tiles must not straddle shards); "
+                         f"of the weight tile's rows (128 for mx32 and mx128, 32 for mx32_tile32: tiles must not straddle "
+                         f"shards); "
                          f"over {world_size} ranks these do not: {', '.join(bad)}")
     # Expert weights gather over any number of ranks and shard placements (scale groups that straddle shards
     # take the one AMAX all-reduce), so only their pairing with a float8 expert module can be wrong.

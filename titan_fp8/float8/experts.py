@@ -26,6 +26,10 @@ kernels/grouped_gemm/NOTES.md for the measurements):
   "mx32"      1x32 (plain MX)     128x128 tiles        1x32 (plain MX)      1x32 / 128(in) x 32 tiles
   "mx32_plain" 1x32               1x32 along K / N     1x32                 1x32 / 1x32   (slowest)
 
+This op quantizes w twice (fprop along in, dgrad along out); "mx128" / "mx32" share each scale over 128 rows of
+the GEMM's output axis x `block` along its reduction: 128x128 tiles for "mx128", 128 x 32 regions for "mx32" (finer
+than the fused path's square 128x128 tiles, expert_weights.py, which one quantization or float8 all-gather serves in
+both directions).
 "mx128" is the one faster than bf16 on H200 (1.07-1.29x; NOTES.md); it is DeepSeek-V3's 1x128 / 128x128
 granularity with power-of-two (E8M0) scales, plus 128x128 tiles for x^T in wgrad. "mx32" keeps the OCP MX
 1x32 blocks on every activation and gradient. Token blocks for wgrad lie on the global token grid (from row

@@ -8,8 +8,8 @@ One class for both weight kinds whose float8 bytes travel with compact scales:
 Operands:
   _data   float8_e4m3fn [..., N, K] contiguous: the bytes that travelled (the forward GEMM's layout)
   _scale  mxfp8: uint8 E8M0 [..., ceil(N/tile), ceil(K/tile)], one byte per tile x tile square
-          (w ~ data * 2^(byte - 127), kernels.mxfp8's format; tile 128 for experts and "mx128" Linears, 32 for
-          "mx32" Linears);
+          (w ~ data * 2^(byte - 127), kernels.mxfp8's format; tile 128 for experts and "mx32" / "mx128" Linears, 32 for
+          "mx32_tile32" Linears);
           fp8_rowwise (experts only): fp32 [E], one scale per expert (data = w * scale, scaling.py's convention)
 On the outside it has the parameter's dtype and shape; any op other than the few FSDP2 makes on it sees the
 decoded weight, and the weight gradient comes back as a plain tensor of that dtype (what FSDP2 reduces).

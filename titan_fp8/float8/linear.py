@@ -8,18 +8,22 @@ GEMM operands per recipe (x [M, K] tokens, w [N, K], g = dL/dy [M, N]):
               the column amax the backward's transposed column casts use).
   blockwise   e4m3; x and g 1x128 along the contracted dim, w 128x128 tiles (one quantization serves forward
               and grad-input). GPU: torch.nn.functional.scaled_mm BlockWise1x128 / BlockWise128x128.
-  mxfp8       linear_granularity "mx32" (default): e4m3 + E8M0 per 32 along the contracted dim (kernels.mxfp8); w
-              one scale per 32x32 tile. Hopper has no MXFP8 MMA: the operands are dequantized to bf16 for cuBLAS.
+  mxfp8       linear_granularity "mx32_tile32" (default): e4m3 + E8M0 per 32 along the contracted dim
+              (kernels.mxfp8); w one scale per 32x32 tile. No kernel reads such tiles: the operands are dequantized
+              to bf16 for cuBLAS (_MXFP8Tile32MM).
+              "mx32": the same 1x32 blocks, w in 128x128 tiles (MX32_TILE); the GEMMs run on kernels.grouped_gemm's
+              true-1x32 kernels with one group (Gluon on sm_90; _MXFP8MM).
               "mx128": the same numbers (e4m3, power-of-two scales) shared over blockwise's blocks and tiles
               (grad-weight's x^T: 128x128 tiles, MX128_WGRAD_X_TILES); GEMMs on cuBLAS blockwise like blockwise's
               (one autograd function, _BlockwiseMM(pow2=True)), operands from one-read Triton quantizers that
               write the scales in cuBLAS's layouts (kernels.grouped_gemm.quant_triton.to_mx128_blockwise).
               With float8 all-gather the weight arrives quantized: a gathered.Float8GatheredWeight (e4m3 bytes
               [N, K] + one E8M0 byte per 32x32 / 128x128 tile, made by FSDP2's pre-all-gather hook on each
-              shard). Both GEMM functions then take w from those bytes and never quantize it: mx32 expands the
-              tile bytes to its per-32 scales; mx128 turns them into cuBLAS's padded tile-factor buffer for
-              forward, and for grad-input transposes the bytes (1 byte per element, in backward) and the tile
-              factors. Same tiles, same rule: bit for bit the operands a quantization of the full weight gives.
+              shard). The GEMM functions then take w from those bytes and never quantize it: mx32 / mx32_tile32
+              expand the tile bytes to their per-32 scales; mx128 turns them into cuBLAS's padded tile-factor
+              buffer for forward; for grad-input mx32 and mx128 transpose the bytes (1 byte per element, in
+              backward) and the tile scales. Same tiles, same rule: bit for bit the operands a quantization of
+              the full weight gives.
 With emulate=True every recipe quantizes exactly as on the GPU and multiplies dequantized operands in fp32.
 """
 from __future__ import annotations
@@ -463,26 +467,26 @@ class _BlockwiseMM(torch.autograd.Function):
         return grad_x, grad_w, None, None, None, None
 
 
-def _mx32_weight(w: torch.Tensor):
+def _mx32_tile32_weight(w: torch.Tensor):
     """(e4m3 data [N, K], E8M0 scale_k [N, K/32]) of the 32x32-tile weight: a float8-all-gathered weight's
     bytes with its tile bytes expanded along K, or a plain weight quantized now (scaling.mx_quantize_weight)."""
     if isinstance(w, Float8GatheredWeight):
-        _check_gathered(w, 32, "mxfp8 mx32")
+        _check_gathered(w, 32, "mxfp8 mx32_tile32")
         return w._data, tile_scales_along_k(w._scale, 32, w.shape[0], w.shape[1])
     return mx_quantize_weight(w)
 
 
-class _MXFP8MM(torch.autograd.Function):
-    """mxfp8 "mx32": x and g 1x32 along the contracted dim, w 32x32 tiles (one quantization, or the
+class _MXFP8Tile32MM(torch.autograd.Function):
+    """mxfp8 "mx32_tile32": x and g 1x32 along the contracted dim, w 32x32 tiles (one quantization, or the
     all-gathered bytes, serves forward and grad-input); the operands are decoded and multiplied in fp32
-    (emulate / CPU) or bf16."""
+    (emulate / CPU) or bf16 (no kernel reads 32x32 weight tiles)."""
 
     @staticmethod
     def forward(ctx, x, w, emulate: bool):
         x2 = x.reshape(-1, x.shape[-1])
         dt = _mm_dtype(x2, emulate)
         xq, xs = mx_quantize(x2, -1)
-        wq, wsk = _mx32_weight(w)
+        wq, wsk = _mx32_tile32_weight(w)
         w_deq = mx_dequantize(wq, wsk, -1, dt)
         out = (mx_dequantize(xq, xs, -1, dt) @ w_deq.t()).to(x.dtype)
         # a gathered weight is saved as itself (its bytes are the unsharded parameter, which FSDP2 gathers again
@@ -495,9 +499,9 @@ class _MXFP8MM(torch.autograd.Function):
     def backward(ctx, g):
         x2, wq, wsk = ctx.saved_tensors
         if wsk is None:  # wq is the gathered weight
-            wq, wsk = _mx32_weight(wq)
+            wq, wsk = _mx32_tile32_weight(wq)
         g2 = g.reshape(-1, g.shape[-1])
-        _check_rows(g2.shape[0], 32, "mxfp8")
+        _check_rows(g2.shape[0], 32, "mxfp8 mx32_tile32")
         dt = _mm_dtype(g2, ctx.emulate)
         # the 32x32-tile weight dequantizes identically along N: no second quantization for grad-input
         w_deq = mx_dequantize(wq, wsk, -1, dt)
@@ -507,6 +511,123 @@ class _MXFP8MM(torch.autograd.Function):
         xcq, xcs = mx_quantize(x2, 0)
         grad_w = (mx_dequantize(gcq, gcs, 0, dt).t() @ mx_dequantize(xcq, xcs, 0, dt)).to(ctx.w_dtype)
         return grad_x.reshape(*g.shape[:-1], grad_x.shape[-1]), grad_w, None
+
+
+# mxfp8 "mx32": every activation and gradient in plain OCP MX 1x32 blocks, the weight in 128x128 tiles; grad-weight
+# reads g^T in 1x32 blocks along tokens and x^T with one scale per 32 tokens x 128 features. These are the routed
+# experts' "mx32" numbers (titan_fp8.float8.experts) with one group, and the operands the true-1x32 grouped GEMMs
+# of kernels.grouped_gemm read (Gluon on sm_90): their promotion multiplies a per-row 1x32 factor of x by ONE
+# factor of a 128-row weight tile, so a weight scale that varied inside those 128 rows (32x32 tiles) would cost a
+# second multiply per element per step. The tile bytes are mx128's: a float8-all-gathered mx32 weight is the same
+# Float8GatheredWeight (e4m3 bytes, one E8M0 byte per 128x128 tile).
+MX32_TILE = 128
+
+
+def _quantize_mx32(t: torch.Tensor, rows: bool, cols: bool, col_tile: int, emulate: bool, after=None):
+    """t [R, C] -> (row copy, token-major copy), each (e4m3 data, E8M0 scale) or None where not asked for: the row
+    copy in 1x32 blocks along C ([R, C/32] scales); the token-major copy t^T [C, R'] (R' = R rounded up to 32, zero
+    rows appended) with one scale per 32 of R x col_tile (1 or 128) of C ([C, R'/32] scales). One read of t on CUDA
+    (kernels.grouped_gemm.quant_triton), its bit-identical plain PyTorch rule elsewhere and when emulating.
+    `after`: see kernels.grouped_gemm.quant_triton.to_mxfp8_blocked_rowcol."""
+    if _mx128_uses_triton(t, emulate):
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+        rd, rs, cd, cs = to_mxfp8_blocked_rowcol(t, row_block=32, col_block=32, col_tile=col_tile, do_row=rows,
+                                                 do_col=cols, after=after)
+        return ((rd, rs) if rows else None), ((cd, cs) if cols else None)
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    row = to_mxfp8_blocked(t, -1, 32, 1) if rows else None
+    col = to_mxfp8_blocked(F.pad(t, (0, 0, 0, (-t.shape[0]) % 32)).t(), -1, 32, col_tile) if cols else None
+    return row, col
+
+
+def _mx32_weight(w: torch.Tensor, emulate: bool, g=None):
+    """mx32's weight operand, 128x128 tiles, (e4m3 data, E8M0 scale in kernels.mxfp8's layout along the
+    contracted dim). g None (forward): w [N, K] with scale [N, K/32]. g given (grad-input): w^T [K, N] with scale
+    [K, N/32], made in backward after g: a gathered weight's bytes transposed (1 byte per element), a plain one
+    quantized along N from one read (no bf16 or float8 copy of it is kept from forward)."""
+    if isinstance(w, Float8GatheredWeight):
+        _check_gathered(w, MX32_TILE, "mxfp8 mx32")
+        if g is None:
+            return w._data, w.scale_along_k()
+        return (_transpose_in_backward(w._data, g),
+                tile_scales_along_k(w._scale.t(), MX32_TILE, w.shape[1], w.shape[0]))
+    if _mx128_uses_triton(w, emulate):
+        from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+        if g is None:
+            return to_mxfp8_blocked_rowcol(w, row_block=MX32_TILE, row_tile=MX32_TILE, do_col=False)[:2]
+        return to_mxfp8_blocked_rowcol(w, col_block=MX32_TILE, col_tile=MX32_TILE, do_row=False, after=g)[2:]
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    return to_mxfp8_blocked(w if g is None else w.t(), -1, MX32_TILE, MX32_TILE)
+
+
+def _mx32_gemms_on_kernels(t: torch.Tensor, emulate: bool) -> bool:
+    """Where mx32's GEMMs run on kernels.grouped_gemm (CUDA; its backend "auto": Gluon on sm_90, Triton
+    elsewhere) rather than on the decoded operands in fp32. A function so CPU tests can force the kernels'
+    path (their Triton kernels under TRITON_INTERPRET=1)."""
+    return t.is_cuda and not emulate
+
+
+class _MXFP8MM(torch.autograd.Function):
+    """mxfp8 "mx32" (MX32_TILE says what shares a scale): GPU GEMMs on kernels.grouped_gemm with one group,
+    fprop / dgrad / wgrad, never a dequantized bf16 operand; emulated ones decode the same operands and multiply
+    in fp32. Forward keeps x's token-major float8 copy (grad-weight's operand, from the same read as x's row
+    copy) and the weight itself, as mx128 does (_BlockwiseMM says why not w^T)."""
+
+    @staticmethod
+    def forward(ctx, x, w, emulate: bool, grad: bool = True):
+        x2 = x.reshape(-1, x.shape[-1])
+        need_gx, need_gw = grad and ctx.needs_input_grad[0], grad and ctx.needs_input_grad[1]
+        (xq, xs), xt = _quantize_mx32(x2, True, need_gw, MX32_TILE, emulate)
+        wq, ws = _mx32_weight(w, emulate)
+        ctx.save_for_backward(*(xt or (None, None)), w if need_gx else None)
+        ctx.emulate, ctx.w_dtype = emulate, w.dtype
+        if _mx32_gemms_on_kernels(xq, emulate):
+            from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
+            out = mxfp8_grouped_mm_fprop(xq, xs, wq.unsqueeze(0), ws.unsqueeze(0), _one_group(x2), x.dtype,
+                                         block=32, w_tile=MX32_TILE, validate=False)
+        else:
+            out = (mx_dequantize(xq, xs, -1, torch.float32) @ mx_dequantize(wq, ws, -1, torch.float32).t()).to(x.dtype)
+        return out.reshape(*x.shape[:-1], out.shape[-1])
+
+    @staticmethod
+    def backward(ctx, g):
+        xtq, xts, w = ctx.saved_tensors
+        g2 = g.reshape(-1, g.shape[-1])
+        need_gx, need_gw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        # g in both layouts from one read: rows (1x32 along N) for grad-input, g^T (1x32 along tokens) for
+        # grad-weight
+        g_row, g_col = _quantize_mx32(g2, need_gx, need_gw, 1, ctx.emulate)
+        kernels = _mx32_gemms_on_kernels(g2, ctx.emulate)
+        grad_x = grad_w = None
+        if need_gx:
+            wtq, wts = _mx32_weight(w, ctx.emulate, g2)  # w^T [K, N], scale [K, N/32]
+            if kernels:
+                from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad
+                # the contract's W [E, N, K] scaled along N: a transposed view of the contiguous w^T (no copy)
+                grad_x = mxfp8_grouped_mm_dgrad(*g_row, wtq.t().unsqueeze(0), wts.t().unsqueeze(0),
+                                                _one_group(g2), g.dtype, block=32, w_tile=MX32_TILE,
+                                                validate=False)
+            else:
+                grad_x = (mx_dequantize(*g_row, -1, torch.float32)
+                          @ mx_dequantize(wtq, wts, -1, torch.float32).t()).to(g.dtype)
+            grad_x = grad_x.reshape(*g.shape[:-1], grad_x.shape[-1])
+        if need_gw:
+            if kernels:
+                from kernels.grouped_gemm import mxfp8_grouped_mm_wgrad
+                # bf16 weights: the kernel rounds its fp32 sum to bf16 itself
+                out_dtype = torch.bfloat16 if ctx.w_dtype == torch.bfloat16 else torch.float32
+                grad_w = mxfp8_grouped_mm_wgrad(*g_col, xtq, xts, _one_group(g2), out_dtype, block=32,
+                                                a_tile=MX32_TILE, validate=False)[0]
+            else:  # token-major copies: the appended zero tokens add nothing
+                grad_w = (mx_dequantize(*g_col, -1, torch.float32)
+                          @ mx_dequantize(xtq, xts, -1, torch.float32).t())
+            grad_w = grad_w.to(ctx.w_dtype)
+        return grad_x, grad_w, None, None
+
+
+def _one_group(t: torch.Tensor) -> torch.Tensor:
+    """offs of the grouped GEMMs for a dense one: a single group of all t's rows (int32 [1], no host sync)."""
+    return torch.full((1,), t.shape[0], dtype=torch.int32, device=t.device)
 
 
 def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg=None):
@@ -520,7 +641,9 @@ def float8_linear(x: torch.Tensor, w: torch.Tensor, config: Float8Config, cfg=No
     if name == "blockwise" or config.mx128_linear:
         return _BlockwiseMM.apply(x, w, config.emulate, name == "mxfp8", torch.is_grad_enabled(),
                                   MX128_WGRAD_X_TILES)
-    return _MXFP8MM.apply(x, w, config.emulate)
+    if config.linear_granularity == "mx32_tile32":
+        return _MXFP8Tile32MM.apply(x, w, config.emulate)
+    return _MXFP8MM.apply(x, w, config.emulate, torch.is_grad_enabled())
 
 
 def _plain_weight_in_state_dict(module, state_dict, prefix, local_metadata):
