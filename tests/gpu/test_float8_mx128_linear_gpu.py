@@ -1,6 +1,7 @@
 """The mx128 MXFP8 Linear (recipe_name="mxfp8", linear_granularity="mx128") on a Hopper GPU: the cuBLAS blockwise
 path with the Triton quantizers against the emulated twin (plain PyTorch quantizers, fp32 GEMMs of the
-dequantized operands), the Triton quantizers bit for bit against their reference, and inductor against eager."""
+dequantized operands), the Triton quantizers bit for bit against their reference, and inductor against eager (for
+the mx32 Linear too)."""
 import pytest
 import torch
 import torch.nn as nn
@@ -79,8 +80,10 @@ def test_triton_quantizer_bitwise(dtype, tile, col_tile):
         assert torch.equal(sg.view(torch.int32), sr.view(torch.int32))
 
 
+# mx32 (tests/gpu/test_float8_mx32_linear_gpu.py's Linear, Gluon GEMMs) at 1000 tokens: a partial 32-token block
+@pytest.mark.parametrize("gran,tokens", [("mx128", 512), ("mx32", 500)])
 @pytest.mark.parametrize("traced", [True, False], ids=["triton_op", "custom_op"])
-def test_compiled_module_matches_eager(monkeypatch, traced):
+def test_compiled_module_matches_eager(monkeypatch, traced, gran, tokens):
     """inductor, fullgraph, with the quantizer's launch traced into the generated code (triton op) or called as
     an opaque custom op: both give eager's result (a re-laid-out scale buffer would not)."""
     import kernels.grouped_gemm.quant_triton as quant_triton
@@ -88,9 +91,9 @@ def test_compiled_module_matches_eager(monkeypatch, traced):
     torch.manual_seed(3)
     torch._dynamo.reset()
     lin = nn.Sequential(nn.Linear(1024, 768, bias=True, device="cuda", dtype=torch.bfloat16))
-    convert_to_float8_training(lin, Float8Config(recipe_name="mxfp8", linear_granularity="mx128", filter_fqns=()))
-    x = torch.randn(2, 512, 1024, device="cuda", dtype=torch.bfloat16)
-    g = torch.randn(2, 512, 768, device="cuda", dtype=torch.bfloat16)
+    convert_to_float8_training(lin, Float8Config(recipe_name="mxfp8", linear_granularity=gran, filter_fqns=()))
+    x = torch.randn(2, tokens, 1024, device="cuda", dtype=torch.bfloat16)
+    g = torch.randn(2, tokens, 768, device="cuda", dtype=torch.bfloat16)
 
     def step(f):
         xq = x.clone().requires_grad_()
