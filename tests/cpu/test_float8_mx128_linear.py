@@ -201,7 +201,7 @@ def test_triton_quantizer_equals_reference(dtype, tile, col_tile):
 
 @pytest.fixture
 def triton_quantizers(monkeypatch):
-    monkeypatch.setattr(f8linear, "_mx128_uses_triton", lambda t, emulate: True)
+    monkeypatch.setattr(f8linear, "_uses_triton_quantizers", lambda t, emulate: True)
 
 
 @pytest.mark.parametrize("xt_tile", [False, True], ids=["wgrad_x_1x128", "wgrad_x_tiles"])

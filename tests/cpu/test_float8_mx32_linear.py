@@ -158,7 +158,7 @@ def kernel_path(monkeypatch):
     if not _INTERPRET:
         pytest.skip("needs TRITON_INTERPRET=1 on CPU")
     import kernels.grouped_gemm as gg
-    monkeypatch.setattr(f8linear, "_mx128_uses_triton", lambda t, emulate: not emulate)
+    monkeypatch.setattr(f8linear, "_uses_triton_quantizers", lambda t, emulate: not emulate)
     monkeypatch.setattr(f8linear, "_mx32_gemms_on_kernels", lambda t, emulate: not emulate)
     launches = []
     for name in ("_launch_nt", "_launch_wgrad"):

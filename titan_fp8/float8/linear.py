@@ -330,10 +330,10 @@ def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtyp
     return blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse).to(out_dtype)
 
 
-def _mx128_uses_triton(t: torch.Tensor, emulate: bool) -> bool:
-    """mx128 quantization: the one-read Triton quantizer (kernels.grouped_gemm.quant_triton) on CUDA, its
-    bit-identical plain PyTorch twin (kernels.grouped_gemm.quant) elsewhere and when emulating (so the GPU
-    test's emulated twin also checks the Triton quantizer). A function so CPU tests can force the Triton path
+def _uses_triton_quantizers(t: torch.Tensor, emulate: bool) -> bool:
+    """mx128 and mx32 quantization: the one-read Triton quantizers (kernels.grouped_gemm.quant_triton) on CUDA, their
+    bit-identical plain PyTorch twins (kernels.grouped_gemm.quant) elsewhere and when emulating (so the GPU
+    tests' emulated twins also check the Triton quantizers). A function so CPU tests can force the Triton path
     under TRITON_INTERPRET=1."""
     return t.is_cuda and not emulate
 
@@ -345,7 +345,7 @@ def _quantize_mx128(t: torch.Tensor, tile: bool, rows: bool, cols: bool, emulate
     cuBLAS reads (kernels.grouped_gemm.quant blockwise_scale_buffers). One read of t on CUDA; no aten
     transposing copy of t. `after`: see kernels.grouped_gemm.quant_triton.to_mx128_blockwise."""
     col_tile = tile if col_tile is None else col_tile
-    if _mx128_uses_triton(t, emulate):
+    if _uses_triton_quantizers(t, emulate):
         from kernels.grouped_gemm.quant_triton import to_mx128_blockwise
         row, col = to_mx128_blockwise(t, tile, col_tile=col_tile, do_row=rows, do_col=cols, after=after)
     else:
@@ -529,7 +529,7 @@ def _quantize_mx32(t: torch.Tensor, rows: bool, cols: bool, col_tile: int, emula
     rows appended) with one scale per 32 of R x col_tile (1 or 128) of C ([C, R'/32] scales). One read of t on CUDA
     (kernels.grouped_gemm.quant_triton), its bit-identical plain PyTorch rule elsewhere and when emulating.
     `after`: see kernels.grouped_gemm.quant_triton.to_mxfp8_blocked_rowcol."""
-    if _mx128_uses_triton(t, emulate):
+    if _uses_triton_quantizers(t, emulate):
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         rd, rs, cd, cs = to_mxfp8_blocked_rowcol(t, row_block=32, col_block=32, col_tile=col_tile, do_row=rows,
                                                  do_col=cols, after=after)
@@ -551,7 +551,7 @@ def _mx32_weight(w: torch.Tensor, emulate: bool, g=None):
             return w._data, w.scale_along_k()
         return (_transpose_in_backward(w._data, g),
                 tile_scales_along_k(w._scale.t(), MX32_TILE, w.shape[1], w.shape[0]))
-    if _mx128_uses_triton(w, emulate):
+    if _uses_triton_quantizers(w, emulate):
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
         if g is None:
             return to_mxfp8_blocked_rowcol(w, row_block=MX32_TILE, row_tile=MX32_TILE, do_col=False)[:2]
