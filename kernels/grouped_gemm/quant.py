@@ -67,6 +67,26 @@ def blockwise_scale_buffers(R: int, C: int, tile: bool, device):
     return base, base.t(), 1, R
 
 
+def to_mxfp8_blocked_rowcol_reference(x: torch.Tensor, *, row_block: int = 128, row_tile: int = 1,
+                                      col_block: int = 128, col_tile: int = 1, do_row: bool = True,
+                                      do_col: bool = True, limit: torch.Tensor | None = None):
+    """Plain PyTorch twin of quant_triton.to_mxfp8_blocked_rowcol for x [M, K] (bit for bit, same layouts):
+    (row_data [M, K], row_scale [M, K/32], col_data [K, MC], col_scale [K, MC/32]), a copy not asked for None.
+    The column copy is x'^T with x' = x with rows at or past limit[0] (a device scalar; no host sync; an empty
+    limit, e.g. offs[-1:] of no groups: every row) zeroed and zero rows appended up to MC = M rounded up to 32."""
+    rd = rs = cd = cs = None
+    if do_row:
+        rd, rs = to_mxfp8_blocked(x, -1, row_block, row_tile)
+    if do_col:
+        if limit is not None:
+            end = limit.reshape(-1)[:1] if limit.numel() else limit.new_zeros(1)
+            keep = torch.arange(x.shape[0], device=x.device) < end
+            x = torch.where(keep.unsqueeze(1), x, torch.zeros((), dtype=x.dtype, device=x.device))
+        x = torch.nn.functional.pad(x, (0, 0, 0, (-x.shape[0]) % 32))
+        cd, cs = to_mxfp8_blocked(x.t(), -1, col_block, col_tile)
+    return rd, rs, cd, cs
+
+
 def to_mx128_blockwise_reference(x: torch.Tensor, tile: bool, do_row: bool = True, do_col: bool = True,
                                  col_tile: bool | None = None):
     """Plain PyTorch twin of quant_triton.to_mx128_blockwise (bit for bit, same layouts): x [M, K] ->

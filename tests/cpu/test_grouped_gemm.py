@@ -97,6 +97,13 @@ def test_triton_blocked_quantizer_is_bit_identical(dtype, rb, cb, ct, limit, ama
     cd, cs = _token_major_reference(x, limit, cb, ct)
     assert qc.shape == (224, 224) and sc.shape == (224, 7)
     assert _eq_bytes(qr, rd) and torch.equal(sr, rs) and _eq_bytes(qc, cd) and torch.equal(sc, cs)
+    # quant.py's twin of the whole call (what the emulated paths run) writes the same four tensors
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked_rowcol_reference
+    twin = to_mxfp8_blocked_rowcol_reference(x, row_block=rb, col_block=cb, col_tile=ct,
+                                             limit=torch.tensor([limit], dtype=torch.int32))
+    for got, want in zip(twin, (qr, sr, qc, sc)):
+        assert got.shape == want.shape and _eq_bytes(got, want)
+    assert to_mxfp8_blocked_rowcol_reference(x, do_row=False)[:2] == (None, None)
 
 
 @pytest.mark.parametrize("block,tile", [(128, 128), (32, 128), (32, 1)])

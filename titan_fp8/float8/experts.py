@@ -99,33 +99,15 @@ def _backend(t: torch.Tensor, backend: str) -> str:
     return backend
 
 
-def _zero_padding_rows(x: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
-    """x with rows at or past offs[-1] set to 0 (no host sync)."""
-    if offs.numel() == 0:
-        return torch.zeros_like(x)
-    rows = torch.arange(x.shape[0], device=x.device)
-    return torch.where((rows < offs[-1]).unsqueeze(1), x, torch.zeros((), dtype=x.dtype, device=x.device))
-
-
-def _token_major(x: torch.Tensor, offs: torch.Tensor, block: int, tile: int):
-    """MXFP8 of x^T [C, T'] along tokens (T' = T rounded up to 32, zero rows appended)."""
-    x = _zero_padding_rows(x, offs)
-    pad = (-x.shape[0]) % 32
-    if pad:
-        x = torch.nn.functional.pad(x, (0, 0, 0, pad))
-    return to_mxfp8_blocked(x.t(), -1, block, tile)
-
-
 def _quant_act(t, offs, g, row, col, col_tile, backend):
     """Row copy of t [T, C] along C (1 x block) and token-major copy along tokens (block x col_tile), padding
-    rows zeroed for the latter. Triton: one read of t; emulated: plain PyTorch, same bytes."""
+    rows zeroed for the latter. Triton: one read of t; emulated: its plain PyTorch twin, same bytes."""
     if backend != "emulated":
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-        return to_mxfp8_blocked_rowcol(t, row_block=g.block, col_block=g.block, col_tile=col_tile, do_row=row,
-                                       do_col=col, limit=offs[-1:])
-    rd, rs = to_mxfp8_blocked(t, -1, g.block, 1) if row else (None, None)
-    cd, cs = _token_major(t, offs, g.block, col_tile) if col else (None, None)
-    return rd, rs, cd, cs
+    else:
+        from kernels.grouped_gemm.quant import to_mxfp8_blocked_rowcol_reference as to_mxfp8_blocked_rowcol
+    return to_mxfp8_blocked_rowcol(t, row_block=g.block, col_block=g.block, col_tile=col_tile, do_row=row,
+                                   do_col=col, limit=offs[-1:])
 
 
 def _quant_weight(w, g, along_out, backend):

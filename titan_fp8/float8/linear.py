@@ -523,21 +523,18 @@ class _MXFP8Tile32MM(torch.autograd.Function):
 MX32_TILE = 128
 
 
-def _quantize_mx32(t: torch.Tensor, rows: bool, cols: bool, col_tile: int, emulate: bool, after=None):
+def _quantize_mx32(t: torch.Tensor, rows: bool, cols: bool, col_tile: int, emulate: bool):
     """t [R, C] -> (row copy, token-major copy), each (e4m3 data, E8M0 scale) or None where not asked for: the row
     copy in 1x32 blocks along C ([R, C/32] scales); the token-major copy t^T [C, R'] (R' = R rounded up to 32, zero
     rows appended) with one scale per 32 of R x col_tile (1 or 128) of C ([C, R'/32] scales). One read of t on CUDA
-    (kernels.grouped_gemm.quant_triton), its bit-identical plain PyTorch rule elsewhere and when emulating.
-    `after`: see kernels.grouped_gemm.quant_triton.to_mxfp8_blocked_rowcol."""
+    (kernels.grouped_gemm.quant_triton), its bit-identical plain PyTorch twin elsewhere and when emulating."""
     if _uses_triton_quantizers(t, emulate):
         from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
-        rd, rs, cd, cs = to_mxfp8_blocked_rowcol(t, row_block=32, col_block=32, col_tile=col_tile, do_row=rows,
-                                                 do_col=cols, after=after)
-        return ((rd, rs) if rows else None), ((cd, cs) if cols else None)
-    from kernels.grouped_gemm.quant import to_mxfp8_blocked
-    row = to_mxfp8_blocked(t, -1, 32, 1) if rows else None
-    col = to_mxfp8_blocked(F.pad(t, (0, 0, 0, (-t.shape[0]) % 32)).t(), -1, 32, col_tile) if cols else None
-    return row, col
+    else:
+        from kernels.grouped_gemm.quant import to_mxfp8_blocked_rowcol_reference as to_mxfp8_blocked_rowcol
+    rd, rs, cd, cs = to_mxfp8_blocked_rowcol(t, row_block=32, col_block=32, col_tile=col_tile, do_row=rows,
+                                             do_col=cols)
+    return ((rd, rs) if rows else None), ((cd, cs) if cols else None)
 
 
 def _mx32_weight(w: torch.Tensor, emulate: bool, g=None):
