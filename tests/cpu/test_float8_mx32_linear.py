@@ -185,6 +185,19 @@ def test_kernel_path_equals_emulated_twin(kernel_path, M):
         assert rel(a, b) < TOL_EXACT, (what, rel(a, b))
 
 
+def test_kernel_path_takes_fp16(kernel_path):
+    """An fp16 model: the kernels write fp32 (their tested outputs) and the Linear casts once to fp16."""
+    gen = torch.Generator().manual_seed(8)
+    x, w = (_data(64, 256, gen, huge=False) * 1e-2).half(), (_data(128, 256, gen, huge=False) * 1e-2).half()
+    g = (_data(64, 128, gen, huge=False) * 1e-3).half()
+    got = _run(x, w, g, emulate=False)
+    assert len(kernel_path) == 3
+    twin = _run(x, w, g, emulate=True)
+    for what, a, b in zip(("y", "grad_x", "grad_w"), got, twin):
+        assert a.dtype == b.dtype == torch.float16 and torch.isfinite(a).all(), what
+        assert rel(a, b) < 1e-3, (what, rel(a, b))  # fp16 rounding of the same fp32 sums
+
+
 # ------------------------------------------------------------------------------------------ gathered weights
 def _edge_weight(N, K, gen):
     """128x128 tiles spanning decades, an all-zero tile, a tile of fp32 subnormals, a huge tile, NaN and inf tiles

@@ -580,8 +580,9 @@ class _MXFP8MM(torch.autograd.Function):
         ctx.emulate, ctx.w_dtype = emulate, w.dtype
         if _mx32_gemms_on_kernels(xq, emulate):
             from kernels.grouped_gemm import mxfp8_grouped_mm_fprop
-            out = mxfp8_grouped_mm_fprop(xq, xs, wq.unsqueeze(0), ws.unsqueeze(0), _one_group(x2), x.dtype,
-                                         block=32, w_tile=MX32_TILE, validate=False)
+            out = mxfp8_grouped_mm_fprop(xq, xs, wq.unsqueeze(0), ws.unsqueeze(0), _one_group(x2),
+                                         _kernel_out_dtype(x.dtype), block=32, w_tile=MX32_TILE,
+                                         validate=False).to(x.dtype)
         else:
             out = (mx_dequantize(xq, xs, -1, torch.float32) @ mx_dequantize(wq, ws, -1, torch.float32).t()).to(x.dtype)
         return out.reshape(*x.shape[:-1], out.shape[-1])
@@ -602,8 +603,8 @@ class _MXFP8MM(torch.autograd.Function):
                 from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad
                 # the contract's W [E, N, K] scaled along N: a transposed view of the contiguous w^T (no copy)
                 grad_x = mxfp8_grouped_mm_dgrad(*g_row, wtq.t().unsqueeze(0), wts.t().unsqueeze(0),
-                                                _one_group(g2), g.dtype, block=32, w_tile=MX32_TILE,
-                                                validate=False)
+                                                _one_group(g2), _kernel_out_dtype(g.dtype), block=32,
+                                                w_tile=MX32_TILE, validate=False).to(g.dtype)
             else:
                 grad_x = (mx_dequantize(*g_row, -1, torch.float32)
                           @ mx_dequantize(wtq, wts, -1, torch.float32).t()).to(g.dtype)
@@ -612,14 +613,19 @@ class _MXFP8MM(torch.autograd.Function):
             if kernels:
                 from kernels.grouped_gemm import mxfp8_grouped_mm_wgrad
                 # bf16 weights: the kernel rounds its fp32 sum to bf16 itself
-                out_dtype = torch.bfloat16 if ctx.w_dtype == torch.bfloat16 else torch.float32
-                grad_w = mxfp8_grouped_mm_wgrad(*g_col, xtq, xts, _one_group(g2), out_dtype, block=32,
-                                                a_tile=MX32_TILE, validate=False)[0]
+                grad_w = mxfp8_grouped_mm_wgrad(*g_col, xtq, xts, _one_group(g2), _kernel_out_dtype(ctx.w_dtype),
+                                                block=32, a_tile=MX32_TILE, validate=False)[0]
             else:  # token-major copies: the appended zero tokens add nothing
                 grad_w = (mx_dequantize(*g_col, -1, torch.float32)
                           @ mx_dequantize(xtq, xts, -1, torch.float32).t())
             grad_w = grad_w.to(ctx.w_dtype)
         return grad_x, grad_w, None, None
+
+
+def _kernel_out_dtype(dtype: torch.dtype) -> torch.dtype:
+    """What the grouped GEMMs write for a result wanted in `dtype`: bf16 or fp32 as asked (the outputs the kernels
+    are tested with), fp32 for anything else (fp16 model: one rounding in the cast after)."""
+    return dtype if dtype in (torch.bfloat16, torch.float32) else torch.float32
 
 
 def _one_group(t: torch.Tensor) -> torch.Tensor:
