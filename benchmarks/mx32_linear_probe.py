@@ -9,7 +9,8 @@
    Python function) of launch_nt and of the eager mx32 step.
 2. GPU time and TB/s (bytes read + written) of kernels.grouped_gemm.quant_triton.to_mxfp8_blocked_rowcol in each
    layout the mx128 and mx32 paths launch, at the Linear's 8192 x 4096 and the experts' 65536 x 7168 (dsv3_up x),
-   at rowcol_warps' choice and at 4 / 8 / 16 warps (--quant-warps), beside a copy of x (benchmarks/cuda_timing.interleaved_ms: round-robin).
+   at rowcol_warps' choice and at 4 / 8 / 16 warps (--quant-warps), beside a copy of x
+   (benchmarks/cuda_timing.interleaved_ms: round-robin).
 Writes mx32_linear_probe-<device>-<date>.json under --out (default benchmarks/results/).
 """
 import argparse

@@ -174,7 +174,8 @@ class Float8:
     emulate: bool = False
     moe_recipe_name: str = "none"  # routed experts: "none" | "fp8_rowwise" | "mxfp8"
     moe_granularity: Optional[str] = None  # mxfp8 experts: "mx128" (default) | "mx32" | "mx32_plain"
-    linear_granularity: Optional[str] = None  # recipe_name = "mxfp8" Linears: "mx32_tile32" (default) | "mx32" | "mx128"
+    # recipe_name = "mxfp8" Linears: "mx32_tile32" (default) | "mx32" | "mx128"
+    linear_granularity: Optional[str] = None
     # expert parallelism: what the dispatch all-to-all carries. "float8" sends the experts' float8 input
     # (rows + scales, the first grouped GEMM's layout); needs moe_recipe_name != "none". Combine stays bf16.
     dispatch_dtype: str = "bf16"

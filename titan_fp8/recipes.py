@@ -33,7 +33,8 @@ PRESETS: dict[str, dict[str, object]] = {
     "tensorwise_mx128_experts": {**_TENSORWISE, "moe_recipe_name": "mxfp8", "moe_granularity": "mx128"},
     # experts with "mx128" scale sharing: one power-of-two scale per 1x128 activations / 128x128 weight tile
     "mxfp8_mx128": {**_MXFP8, "moe_granularity": "mx128"},
-    # mxfp8_mx128 with the Linears on mx128 too (linear_granularity; mxfp8_mx128's Linears keep the default "mx32_tile32")
+    # mxfp8_mx128 with the Linears on mx128 too (linear_granularity; mxfp8_mx128's Linears keep the default
+    # "mx32_tile32")
     "mxfp8_mx128_linears": {**_MXFP8, "moe_granularity": "mx128", "linear_granularity": "mx128"},
     # the same but experts with plain 1x32 scales: differs from mxfp8_mx128 only in the expert granularity
     "mxfp8_mx32_experts": {**_MXFP8, "moe_granularity": "mx32"},

@@ -1,5 +1,6 @@
 """gloo worker for tests/cpu/test_float8_mx128_linear.py: FSDP2 float8 all-gather of mxfp8 "mx128" or "mx32" Linear
-weights (128x128 tiles, the same bytes for both) on `world` CPU processes (argv: out_dir world [granularity]). Saves per rank: the weight each Float8Linear saw
+weights (128x128 tiles, the same bytes for both) on `world` CPU processes (argv: out_dir world [granularity]).
+Saves per rank: the weight each Float8Linear saw
 in its first forward (the decoded gathered weight, or the plain weight without float8 all-gather) and its type,
 the full weights at that moment, losses with float8 all-gather on and off, the first step's gradients, how often
 the Linear quantized a weight (128x128 tiles) itself, and the all-gather / MAX all-reduce counts."""

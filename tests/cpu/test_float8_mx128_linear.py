@@ -362,8 +362,8 @@ def test_gathered_weight_is_read_not_requantized_and_equals_quantize_after_gathe
 def test_gathered_operands_are_the_quantizers_operands_bit_for_bit():
     """The operands read from a gathered weight are, byte for byte and in the same layouts, what the Linear's own
     quantizers write for the full weight: mx128 forward w and grad-input's w^T (tile-factor buffers padded to a
-    multiple of 4 blocks: 5 -> 8 and 3 -> 4 here), mx32_tile32's (data, scale_k). Edge tiles as above plus one value near
-    the fp32 maximum (its tile decodes to inf: 256 * 2^120)."""
+    multiple of 4 blocks: 5 -> 8 and 3 -> 4 here), mx32_tile32's (data, scale_k). Edge tiles as above plus one
+    value near the fp32 maximum (its tile decodes to inf: 256 * 2^120)."""
     from titan_fp8.float8.weights import gather_on_one_rank
     gen = torch.Generator().manual_seed(12)
     w = _edge_weight(384, 640, gen, torch.float32)

@@ -3,8 +3,9 @@
 pre-all-gather quantizes with kernels.grouped_gemm's Triton tile quantizer) and must give exactly what the plain
 weight gives (the Linear's own Triton quantizer, to_mx128_blockwise, on the full weight): output and both
 gradients bit for bit on the cuBLAS blockwise path (mx128), the Gluon 1x32 kernels (mx32) and the bf16-dequantized
-path (mx32_tile32), eager and under inductor. The CPU tests check the same with the emulated GEMMs (tests/cpu/test_float8_mx128_linear.py) and the
-cuBLAS arguments with a recorder (tests/cpu/test_float8_blockwise_layout.py)."""
+path (mx32_tile32), eager and under inductor. The CPU tests check the same with the emulated GEMMs
+(tests/cpu/test_float8_mx128_linear.py) and the cuBLAS arguments with a recorder
+(tests/cpu/test_float8_blockwise_layout.py)."""
 import pytest
 import torch
 import torch.nn.functional as F

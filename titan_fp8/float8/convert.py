@@ -74,8 +74,8 @@ def _check_linear_dims(mod: nn.Linear, fqn: str, config: Float8Config) -> None:
         raise ValueError(f"linear_granularity: {fqn} [in_features={mod.in_features}, out_features="
                          f"{mod.out_features}] cannot run recipe_name='mxfp8' with linear_granularity="
                          f"{config.linear_granularity!r}: its dims must be multiples of {m}; exclude it with "
-                         f"filter_fqns=[..., {fqn.rsplit('.', 1)[-1]!r}] or use linear_granularity='mx32_tile32' (32x32 "
-                         f"weight tiles, dims multiples of 32; its GEMMs dequantize to bf16)")
+                         f"filter_fqns=[..., {fqn.rsplit('.', 1)[-1]!r}] or use linear_granularity='mx32_tile32' "
+                         f"(32x32 weight tiles, dims multiples of 32; its GEMMs dequantize to bf16)")
 
 
 def convert_experts(model: nn.Module, config: Float8Config, module_filter_fn=None) -> None:
@@ -164,8 +164,8 @@ def check_float8_all_gather(model: nn.Module, world_size: int) -> None:
             bad.append(f"{fqn} [out_features={rows}] ({c.linear_granularity})")
     if bad:
         raise ValueError(f"enable_fsdp_float8_all_gather: with recipe 'mxfp8' every FSDP shard must hold a multiple "
-                         f"of the weight tile's rows (128 for mx32 and mx128, 32 for mx32_tile32: tiles must not straddle "
-                         f"shards); "
+                         f"of the weight tile's rows (128 for mx32 and mx128, 32 for mx32_tile32: tiles must not "
+                         f"straddle shards); "
                          f"over {world_size} ranks these do not: {', '.join(bad)}")
     # Expert weights gather over any number of ranks and shard placements (scale groups that straddle shards
     # take the one AMAX all-reduce), so only their pairing with a float8 expert module can be wrong.

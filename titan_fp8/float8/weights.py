@@ -15,15 +15,16 @@ tensorwise  pre:  float8 e4m3 shard = saturate(shard * scale) with the REPLICATE
             post: a torchao Float8TrainingTensor(data, scale): the linear does not cast the weight again.
 mxfp8       pre:  MXFP8 with one E8M0 scale per 128x128 tile (linear_granularity "mx32" and "mx128": the same bytes,
                   kernels.grouped_gemm's quantizers; "mx32_tile32": per 32x32 tile, kernels.mxfp8.to_mxfp8_tiles32).
-                  Tiles lie inside a shard when each shard holds a multiple of 128 (32) rows, so the shard quantizes exactly as the unsharded weight
-                  would: NO all-reduce at all (other shardings are a start-up error, convert.check_float8_all_gather).
+                  Tiles lie inside a shard when each shard holds a multiple of 128 (32) rows, so the shard
+                  quantizes exactly as the unsharded weight would: NO all-reduce at all (other shardings are a
+                  start-up error, convert.check_float8_all_gather).
                   Both travel: the e4m3 bytes and ONE E8M0 byte per tile (compact [rows/tile, K/tile]).
             post: a gathered.Float8GatheredWeight(data, tile scales) with the parameter dtype outside: the
                   Linear's GEMMs (linear.py) read those bytes and scales as they are (mx32 / mx128: w^T for
-                  grad-input is the same tiles transposed), so the weight is never decoded and quantized again, and numerics
-                  are quantize-after-gather's bit for bit. Backward's regather refills the same data storage
-                  (FSDP2's `out=` call): only the scales are swapped in. The bytes on the wire are just over
-                  half of bf16's.
+                  grad-input is the same tiles transposed), so the weight is never decoded and quantized again,
+                  and numerics are quantize-after-gather's bit for bit. Backward's regather refills the same data
+                  storage (FSDP2's `out=` call): only the scales are swapped in. The bytes on the wire are just
+                  over half of bf16's.
 
 Every all-gather input is handed to FSDP2 as uint8 bytes (gloo cannot all-gather float8 dtypes; NCCL does
 not care) and viewed back as float8 after the gather.
