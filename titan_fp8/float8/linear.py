@@ -596,6 +596,7 @@ class _MXFP8MM(torch.autograd.Function):
         # grad-weight
         g_row, g_col = _quantize_mx32(g2, need_gx, need_gw, 1, ctx.emulate)
         kernels = _mx32_gemms_on_kernels(g2, ctx.emulate)
+        offs = _one_group(g2) if kernels else None  # one [M] for both GEMMs
         grad_x = grad_w = None
         if need_gx:
             wtq, wts = _mx32_weight(w, ctx.emulate, g2)  # w^T [K, N], scale [K, N/32]
@@ -603,7 +604,7 @@ class _MXFP8MM(torch.autograd.Function):
                 from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad
                 # the contract's W [E, N, K] scaled along N: a transposed view of the contiguous w^T (no copy)
                 grad_x = mxfp8_grouped_mm_dgrad(*g_row, wtq.t().unsqueeze(0), wts.t().unsqueeze(0),
-                                                _one_group(g2), _kernel_out_dtype(g.dtype), block=32,
+                                                offs, _kernel_out_dtype(g.dtype), block=32,
                                                 w_tile=MX32_TILE, validate=False).to(g.dtype)
             else:
                 grad_x = (mx_dequantize(*g_row, -1, torch.float32)
@@ -613,7 +614,7 @@ class _MXFP8MM(torch.autograd.Function):
             if kernels:
                 from kernels.grouped_gemm import mxfp8_grouped_mm_wgrad
                 # bf16 weights: the kernel rounds its fp32 sum to bf16 itself
-                grad_w = mxfp8_grouped_mm_wgrad(*g_col, xtq, xts, _one_group(g2), _kernel_out_dtype(ctx.w_dtype),
+                grad_w = mxfp8_grouped_mm_wgrad(*g_col, xtq, xts, offs, _kernel_out_dtype(ctx.w_dtype),
                                                 block=32, a_tile=MX32_TILE, validate=False)[0]
             else:  # token-major copies: the appended zero tokens add nothing
                 grad_w = (mx_dequantize(*g_col, -1, torch.float32)
