@@ -3,7 +3,7 @@ and per iteration under torch.profiler, beside bf16 `torch._grouped_mm` fwd+bwd,
 benchmarks/mxfp8_grouped_gemm_backends.py (E = 8 x 8192 tokens).
 
     python benchmarks/mx128_op_breakdown.py [--shapes dsv3_up,llama_up] [--routing even] [--iters 10]
-        [--ops bf16,op_mx128_cutlass]
+        [--ops bf16,op_mx128_cutlass]     (also op_mx128_triton, op_mx32_gluon, op_mx32_gluon_s28, torchao_fp8_rowwise)
 
 Per op: wall ms per iteration (CUDA events around --iters back-to-back iterations), GPU-busy ms per iteration
 (the union of kernel intervals in the profiled iterations), and each kernel's ms per iteration and share of the
@@ -20,7 +20,15 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks.mxfp8_grouped_gemm_backends import E, SHAPES, TPE, routings  # noqa: E402
+from benchmarks.mxfp8_grouped_gemm_backends import (  # noqa: E402
+    E,
+    SHAPES,
+    TPE,
+    fwd_bwd,
+    launch_rule_s28,
+    routings,
+    with_quant_launch,
+)
 from benchmarks.results_json import write_results  # noqa: E402
 from benchmarks.trace_gaps import gpu_gaps  # noqa: E402
 
@@ -43,6 +51,8 @@ def make_ops(names):
            "op_mx128_cutlass": lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128),
            "op_mx128_triton": lambda x, w, o: mm(x, w, o, granularity="mx128", backend="triton"),
            "op_mx32_gluon": lambda x, w, o: mm(x, w, o, granularity="mx32", backend="gluon")}
+    # the same op with its quantizers launched as session 28 left them (128 x 128 programs)
+    ops["op_mx32_gluon_s28"] = with_quant_launch(ops["op_mx32_gluon"], launch_rule_s28)
     try:
         from torchao.prototype.moe_training.fp8_grouped_mm import _to_fp8_rowwise_then_scaled_grouped_mm as tao
         ops["torchao_fp8_rowwise"] = lambda x, w, o: tao(x, w.transpose(-2, -1), o,
@@ -58,7 +68,7 @@ def make_ops(names):
 def profile_op(fn, x, w, go, offs, iters):
     def step():
         x.grad = w.grad = None
-        fn(x, w, offs).backward(go)
+        fwd_bwd(fn, x, w, offs, go)
     for _ in range(3):
         step()
     torch.cuda.synchronize()

@@ -9,7 +9,7 @@
    Python function) of launch_nt and of the eager mx32 step.
 2. GPU time and TB/s (bytes read + written) of kernels.grouped_gemm.quant_triton.to_mxfp8_blocked_rowcol in each
    layout the mx128 and mx32 paths launch, at the Linear's 8192 x 4096 and the experts' 65536 x 7168 (dsv3_up x),
-   at rowcol_warps' choice and at 4 / 8 / 16 warps (--quant-warps), beside a copy of x
+   at rowcol_launch's choice and at 4 / 8 / 16 warps (--quant-warps), beside a copy of x
    (benchmarks/cuda_timing.interleaved_ms: round-robin).
 Writes mx32_linear_probe-<device>-<date>.json under --out (default benchmarks/results/).
 """
@@ -65,12 +65,12 @@ def host_rows(calls):
         rows.append({"part": "host", "what": name, "host_us": round(h, 1), "wall_us": round(wall, 1)})
         print(f"  host {name:52s} {h:8.1f} us/call (wall {wall:8.1f})", flush=True)
     from kernels.grouped_gemm import quant_triton
-    real_warps = quant_triton.rowcol_warps
+    real_launch = quant_triton.rowcol_launch
     variants = {"bf16": None, "mx32": "mx32", "mx32_w8": "mx32", "mx32_tile32": "mx32_tile32", "mx128": "mx128"}
     for compiled in (False, True):
         for name, gran in variants.items():
             # mx32_w8: every quantizer launch at 8 warps (before session 28's rowcol_warps)
-            quant_triton.rowcol_warps = (lambda col_block, do_col: 8) if name == "mx32_w8" else real_warps
+            quant_triton.rowcol_launch = (lambda *layout: (128, 128, 8)) if name == "mx32_w8" else real_launch
             torch._dynamo.reset()
             lin = nn.Sequential(nn.Linear(K, N, bias=False, device="cuda", dtype=torch.bfloat16))
             if gran:
@@ -89,7 +89,7 @@ def host_rows(calls):
                       f"{dict(torch._dynamo.utils.counters['frames'])}", flush=True)
             rows.append({"part": "host", "what": what, "host_us": round(h, 1), "wall_us": round(wall, 1)})
             print(f"  host {what:52s} {h:8.1f} us/step (wall {wall:8.1f})", flush=True)
-    quant_triton.rowcol_warps = real_warps
+    quant_triton.rowcol_launch = real_launch
     return rows
 
 
@@ -195,7 +195,7 @@ def quant_rows(warps=(None, 4, 8, 16), only=""):
         ms = interleaved_ms({k: [f] for k, (f, _) in fns.items()}, rounds=15)
         for (name, nw), (_, nbytes) in fns.items():
             t = ms[(name, nw)][0]
-            rows.append({"part": "quant", "shape": label, "what": name, "num_warps": nw or "rowcol_warps",
+            rows.append({"part": "quant", "shape": label, "what": name, "num_warps": nw or "rowcol_launch",
                          "ms": round(t, 4), "TBps": round(nbytes / t / 1e9, 3)})
             print(f"  {label:22s} {name:34s} warps {str(nw or 'auto'):5s} {t:8.4f} ms {nbytes / t / 1e9:6.3f} TB/s",
                   flush=True)
@@ -208,7 +208,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--calls", type=int, default=200)
     ap.add_argument("--skip", default="", help="comma list of parts to skip: host,profile,torchprof,quant")
-    ap.add_argument("--quant-warps", default="auto,4,8,16", help="quantizer warps to time (auto: rowcol_warps')")
+    ap.add_argument("--quant-warps", default="auto,4,8,16", help="quantizer warps to time (auto: rowcol_launch's)")
     ap.add_argument("--quant-only", default="", help="comma list of substrings: time only the layouts naming one")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

@@ -29,7 +29,8 @@ Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantiz
   bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
   pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass (default kernels),
   op_mx128_cutlass_{coop,pp,s18} (token_align=128),
-  op_mx32_triton, op_mx32_gluon, op_mx32_gluon_w8 (its quantizers at 8 warps, as before session 28)
+  op_mx32_triton, op_mx32_gluon, op_mx32_gluon_w8 (its quantizers at 8 warps, as before session 28),
+  op_mx32_gluon_s28 (its quantizers launched as in session 28: 128 x 128 programs, 32-token columns at 4 warps)
   (titan_fp8.float8.experts.mxfp8_grouped_mm). --ops picks a subset (default all). FLOPs: 3 GEMMs.
 Timing: per (shape, routing, pass) every variant round-robin, --rounds rounds (default 50), CUDA events per call,
 median (benchmarks/cuda_timing.interleaved_ms; kernels alternate two input sets, each far larger than L2): the
@@ -41,6 +42,7 @@ Writes benchmarks/results/mxfp8_grouped_gemm_backends-<device>-<date>.json (or u
 """
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import json
@@ -75,33 +77,69 @@ OURS = {"mx128_triton": (128, 128, 128, "triton", None), "mx32_triton": (32, 128
 SCHED_ENV = "TITAN_FP8_CUTLASS_SCHEDULE"
 
 
+def _held(fn, enter, leave):
+    """fn with a setting held for its call: enter() makes it and returns what it replaced, leave(that) puts that
+    back (so nesting restores the outer setting). The wrapper's `around` holds the same setting over more than one
+    call: fwd_bwd holds it over an op's forward AND backward (the backward's kernels run outside the forward call)."""
+    inner = getattr(fn, "around", contextlib.nullcontext)  # fn may be such a wrapper itself
+
+    @contextlib.contextmanager
+    def around():
+        before = enter()
+        try:
+            with inner():
+                yield
+        finally:
+            leave(before)
+
+    def run(*a, **k):
+        with around():
+            return fn(*a, **k)
+    run.around = around
+    return run
+
+
+def fwd_bwd(fn, x, w, offs, go):
+    """One forward + backward of the op fn, with a with_schedule / with_quant_launch setting held over both."""
+    with getattr(fn, "around", contextlib.nullcontext)():
+        fn(x, w, offs).backward(go)
+
+
 def with_schedule(fn, sched):
-    """fn with the CUTLASS schedule override set for the call (read per call by cutlass_backend)."""
+    """fn with the CUTLASS schedule override set (read per call by cutlass_backend)."""
     if sched is None:
         return fn
 
-    def run(*a, **k):
+    def enter():
+        before = os.environ.get(SCHED_ENV)
         os.environ[SCHED_ENV] = sched
-        try:
-            return fn(*a, **k)
-        finally:
+        return before
+
+    def leave(before):
+        if before is None:
             os.environ.pop(SCHED_ENV, None)
-    return run
+        else:
+            os.environ[SCHED_ENV] = before
+    return _held(fn, enter, leave)
 
 
-def with_quant_warps(fn, warps):
-    """fn with every to_mxfp8_blocked_rowcol launch at `warps` warps (quant_triton.rowcol_warps replaced for the
-    call): the quantizers as they ran before session 28 (8 warps, or the autotuner's pick of 8 / 16)."""
+def with_quant_launch(fn, rule):
+    """fn with every to_mxfp8_blocked_rowcol launch configured by rule(row_tile, col_block, col_tile, do_row,
+    do_col) -> (rows, columns per program, warps) in place of quant_triton.rowcol_launch: an earlier rule."""
     from kernels.grouped_gemm import quant_triton
 
-    def run(*a, **k):
-        real = quant_triton.rowcol_warps
-        quant_triton.rowcol_warps = lambda col_block, do_col: warps
-        try:
-            return fn(*a, **k)
-        finally:
-            quant_triton.rowcol_warps = real
-    return run
+    def enter():
+        before, quant_triton.rowcol_launch = quant_triton.rowcol_launch, rule
+        return before
+
+    def leave(before):
+        quant_triton.rowcol_launch = before
+    return _held(fn, enter, leave)
+
+
+def launch_rule_s28(row_tile, col_block, col_tile, do_row, do_col):
+    """The quantizers' launches as session 28 left them: 128 x 128 programs, 4 warps for 32-token column copies."""
+    return 128, 128, 4 if do_col and col_block == 32 else 8
 
 
 ROUNDS = 50
@@ -374,7 +412,8 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
             lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), sched)
     ops["op_mx32_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="triton")
     ops["op_mx32_gluon"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="gluon")
-    ops["op_mx32_gluon_w8"] = with_quant_warps(ops["op_mx32_gluon"], 8)
+    ops["op_mx32_gluon_w8"] = with_quant_launch(ops["op_mx32_gluon"], lambda *layout: (128, 128, 8))
+    ops["op_mx32_gluon_s28"] = with_quant_launch(ops["op_mx32_gluon"], launch_rule_s28)
     if only:
         unknown = set(only.split(",")) - set(ops)
         if unknown:
@@ -384,7 +423,7 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
     for name, fn in ops.items():
         def run(fn=fn):
             x.grad = w.grad = None
-            fn(x, w, offs).backward(go)
+            fwd_bwd(fn, x, w, offs, go)
         runs[name] = [run]
     for name, (ms, iqr) in timed(runs, rec, shape, rname, "fwd+bwd").items():
         r = dict(shape=shape, routing=rname, pass_="fwd+bwd", variant=name, ms=round(ms, 4),

@@ -15,7 +15,8 @@ dO^T) and what dgrad reads for weights (W^T [E, K, N] scaled along N).
 
 The format's arithmetic (exponent from the amax bits, the e4m3 encoding, NaN blocks, the interpreter-safe
 paths) is kernels/mxfp8/triton.py's, imported from there; this file only arranges tiles: 128 x 128 per
-program, one scale per row_block x row_tile (row copy) and col_block x col_tile (col copy) region,
+program (64 x 128 for some 32-token column copies: rowcol_launch), one scale per row_block x row_tile (row copy)
+and col_block x col_tile (col copy) region,
 written into every 1x32 block it covers. Bit-identical to quant.py (tests: CPU interpreted, GPU compiled).
 """
 from __future__ import annotations
@@ -124,25 +125,48 @@ def _blocked_rowcol_kernel(
                      sc32, mask=(pid_m * (BM // 32) + mb < MC // 32)[:, None] & cmask[None, :])
 
 
-def rowcol_warps(col_block: int, do_col: bool) -> int:
-    """Warps per 128x128 tile, fixed per layout (no autotuner: it cost ~0.1 ms of host time per eager launch and
-    picked among 8 / 16 warps only). A column copy with 32-token blocks runs 4: on an H100 4 warps took 1.09 ms for
-    x rows + 32x128 x^T tiles at 65536 x 7168 where 8 and 16 took 1.74 (the 1x32 g^T copy 1.49 vs 1.74; 2.2x at
-    8192 x 4096); every other layout ran within 3% at 4 / 8 / 16 except 16 on 128-token columns (-23%), so 8
-    (benchmarks/results/mx32_linear_s28/)."""
-    if _INTERPRET:
-        return 4
-    return 4 if do_col and col_block == 32 else ROWCOL_NUM_WARPS
+def rowcol_launch(row_tile: int, col_block: int, col_tile: int, do_row: bool,
+                  do_col: bool) -> tuple[int, int, int]:
+    """(rows of x per program, columns of x per program, warps) of a launch, fixed per layout (no autotuner: it cost
+    ~0.1 ms of host time per eager launch and picked among 8 / 16 warps only). Measured on an H100 at the expert
+    op's shapes (benchmarks/quant_rowcol_launch.py; results in mx32_linear_s28/ and issue10_s29/):
+      - a 1x32 column copy beside the row copy (the mx32 dO^T) and a 32-token column copy alone (the mx32 W^T):
+        64 x 128 programs at 2 warps, 1.18-1.37x and 1.03-1.05x faster than 128 x 128 at 4 / 2 warps (a row copy
+        in 128-row tiles keeps 128 rows);
+      - the mx32 x^T copy (32 x 128 regions) beside the row copy: 128 x 128 at 4 warps (8 and 16 ran 1.6x slower);
+      - every other layout 128 x 128 at 8 (within 3% of 4; 16 lost 23% on 128-token columns; 2 lose 2x).
+    The interpreter runs 4 warps."""
+    bm, bk, warps = BM, BK, ROWCOL_NUM_WARPS
+    if do_col and col_block == 32:
+        bm, warps = (64, 2) if (col_tile == 1 and row_tile == 1) or not do_row else (BM, 4)
+    return bm, bk, 4 if _INTERPRET else warps
+
+
+def _check_tile(tile, row_block, row_tile, col_block, col_tile, do_row, do_col):
+    bm, bk = tile
+    ok = bm in (32, 64, 128) and bk in (32, 64, 128)
+    if do_row:  # a row block inside the program's columns; a 128-row tile is the program's rows
+        ok = ok and bk % row_block == 0 and (row_tile == 1 or bm == row_tile)
+    if do_col:  # a token block inside the program's rows; a 128-column tile is the program's columns
+        ok = ok and bm % col_block == 0 and (col_tile == 1 or bk == col_tile)
+    if not ok:
+        raise ValueError(f"to_mxfp8_blocked_rowcol: program tile {tile} does not hold the scale regions (row "
+                         f"{row_block} x {row_tile}, column {col_block} x {col_tile}); rows and columns from 32, "
+                         f"64, 128")
 
 
 def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast=None, num_warps=None,
-         after=None, traced=False):
-    """The launch behind to_mxfp8_blocked_rowcol (its docstring says what `after` is), with num_warps or
-    rowcol_warps'. traced: through torch.library.wrap_triton (inside the triton op, so torch.compile writes the launch
-    into its generated code); else a plain launch."""
+         after=None, traced=False, tile=None):
+    """The launch behind to_mxfp8_blocked_rowcol (its docstring says what `after` is): rowcol_launch's program tile
+    and warps unless tile (rows, columns per program) / num_warps are given. traced: through
+    torch.library.wrap_triton (inside the triton op, so torch.compile writes the launch into its generated code);
+    else a plain launch."""
     if limit is not None and after is not None:
         raise ValueError("to_mxfp8_blocked_rowcol: limit and after cannot both be given (they share one kernel "
                          "argument)")
+    bm, bk, warps = rowcol_launch(row_tile, col_block, col_tile, do_row, do_col)
+    tile = tile or (bm, bk)
+    _check_tile(tile, row_block, row_tile, col_block, col_tile, do_row, do_col)
     B, M, K = x3.shape
     MC = (M + 31) // 32 * 32
     dev = x3.device
@@ -157,13 +181,13 @@ def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw
         # USE_LIMIT=False never reads this argument (no memset launch per call); `after`, when given, rides here so
         # that the launch depends on it
         lim = limit if limit is not None else (after if after is not None else xin)
-        warps = num_warps or rowcol_warps(col_block, do_col)
+        warps = num_warps or warps
         kernel = wrap_triton(_blocked_rowcol_kernel) if traced else _blocked_rowcol_kernel
-        grid = (triton.cdiv(MC, BM), triton.cdiv(K, BK), B)
+        grid = (triton.cdiv(MC, tile[0]), triton.cdiv(K, tile[1]), B)
         kernel[grid](
             xin, qr, sr, qc, sc, lim,
             M, K, MC, M * K, M * K, M * (K // 32), K * MC, K * (MC // 32),
-            BM=BM, BK=BK, RB=row_block, RT=row_tile, CB=col_block, CT=col_tile, DO_ROW=do_row, DO_COL=do_col,
+            BM=tile[0], BK=tile[1], RB=row_block, RT=row_tile, CB=col_block, CT=col_tile, DO_ROW=do_row, DO_COL=do_col,
             USE_LIMIT=limit is not None, HW_CAST=hw, IS_BF16=is_bf16,
             # every argument spelled out: inductor's launcher of a traced kernel takes no defaults
             F32=False, sr0=0, sr1=0, sc0=0, sc1=0, num_warps=warps,
@@ -244,7 +268,7 @@ def to_mxfp8_tiles_many(xs, tile: int = 128, hw_cast: bool | None = None, num_wa
     return out
 
 
-# Warps of every launch but rowcol_warps' 32-token column copies (not autotuned, so that torch.compile writes the
+# Warps of every launch but rowcol_launch's 32-token column copies (not autotuned, so that torch.compile writes the
 # traced twin's launch into its generated code; 8 and 16 warps measured equal on the row copies and 8 1.5x faster on
 # the weights' column copies: benchmarks/results/moe_kernels_mx_ab-nvidia-h100-2026-11-25-call1.log).
 ROWCOL_NUM_WARPS = 8

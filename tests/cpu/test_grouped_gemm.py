@@ -400,13 +400,15 @@ from kernels.grouped_gemm.quant_triton import _blocked_rowcol_kernel
 
 out = {}
 for dt in ("bf16", "fp16", "fp32"):
-    cases = {"x_mx128": (128, 1, 128, 128, False), "dO_mx128": (128, 1, 128, 1, False),
-             "x_mx32": (32, 1, 32, 1, False), "linear_f32": (128, 128, 128, 128, True)}
-    for name, (rb, rt, cb, ct, f32) in cases.items():
+    # name: (row block, row tile, column block, column tile, F32, program rows, warps)
+    cases = {"x_mx128": (128, 1, 128, 128, False, 128, 8), "dO_mx128": (128, 1, 128, 1, False, 128, 8),
+             "x_mx32": (32, 1, 32, 1, False, 128, 8), "linear_f32": (128, 128, 128, 128, True, 128, 8),
+             "dO_mx32_64x128": (32, 1, 32, 1, False, 64, 2)}
+    for name, (rb, rt, cb, ct, f32, bm, warps) in cases.items():
         sig = dict(x_ptr="*" + dt, qr_ptr="*u8", sr_ptr="*fp32" if f32 else "*u8", qc_ptr="*u8",
                    sc_ptr="*fp32" if f32 else "*u8", limit_ptr="*i32", M="i32", K="i32", MC="i32", sxb="i64",
                    sqrb="i64", ssrb="i64", sqcb="i64", sscb="i64", sr0="i32", sr1="i32", sc0="i32", sc1="i32")
-        cx = dict(BM=128, BK=128, RB=rb, RT=rt, CB=cb, CT=ct, DO_ROW=True, DO_COL=True, USE_LIMIT=not f32,
+        cx = dict(BM=bm, BK=128, RB=rb, RT=rt, CB=cb, CT=ct, DO_ROW=True, DO_COL=True, USE_LIMIT=not f32,
                   HW_CAST=True, IS_BF16=False, F32=f32)
         names = list(sig)
         # what a real launch specializes on: 16-divisible pointers, sizes and strides (vectorized 16-byte access)
@@ -414,7 +416,7 @@ for dt in ("bf16", "fp16", "fp32"):
         for k in cx:
             sig[k] = "constexpr"
         c = triton.compile(ASTSource(_blocked_rowcol_kernel, sig, cx, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=dict(num_warps=8))
+                           options=dict(num_warps=warps))
         ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "k.ptx"), "w") as f:
@@ -429,8 +431,9 @@ print(json.dumps(out))
 
 def test_rowcol_quantizer_compiles_for_sm90_in_two_ctas_per_sm():
     """The quantizer compiled for sm_90 (triton's ptxas, no GPU) for bf16 / fp16 / fp32 input, as a launch
-    specializes it: no spills, and the bf16 mx128 copies (the expert op's activations and gradients) fit two
-    8-warp CTAs per SM (<= 128 registers). Holding the tile as fp32 took 163 registers (one CTA per SM) and ran
+    specializes it (with rowcol_launch's program tile and warps: the mx32 dO copies 64 x 128 at 2 warps): no
+    spills, and the bf16 mx128 copies (the expert op's activations and gradients) fit two 8-warp CTAs per SM
+    (<= 128 registers). Holding the tile as fp32 took 163 registers (one CTA per SM) and ran
     those copies at 1.5 TB/s; in its storage type 101 and 1.9 TB/s (H100, benchmarks/results/issue10_s23/).
     In a fresh process without TRITON_INTERPRET (see tests/cpu/test_grouped_gemm_gluon.py's sm90 fixture)."""
     import json
@@ -447,26 +450,36 @@ def test_rowcol_quantizer_compiles_for_sm90_in_two_ctas_per_sm():
     assert res["bf16/x_mx128"][0] <= 128 and res["bf16/dO_mx128"][0] <= 128, res
 
 
-def test_blocked_rowcol_launch_warps_follow_the_layout(monkeypatch):
-    """Fixed warps per layout (no autotuner): 4 for a column copy in 32-token blocks (measured 1.6-2.2x faster than
-    8 / 16 on an H100), ROWCOL_NUM_WARPS for every other layout; an explicit num_warps wins; the interpreter runs 4."""
+def test_blocked_rowcol_launch_follows_the_layout(monkeypatch):
+    """Fixed program tile and warps per layout (no autotuner): 64 x 128 at 2 warps for a 1x32 column copy beside the
+    row copy and for a 32-token column copy alone (measured 1.18-1.37x / 1.03-1.05x faster on an H100), 128 x 128 at
+    4 for the 32x128 column copy beside the row copy, 128 x 128 at ROWCOL_NUM_WARPS for every other layout (a row copy
+    in 128-row tiles keeps 128 rows); explicit num_warps / tile win; the interpreter runs 4 warps, same tiles."""
     from kernels.grouped_gemm import quant_triton as qt
     monkeypatch.setattr(qt, "_INTERPRET", False)
-    assert qt.rowcol_warps(32, True) == 4
-    assert qt.rowcol_warps(128, True) == qt.ROWCOL_NUM_WARPS == 8
-    assert qt.rowcol_warps(32, False) == 8  # rows only (col_block unused)
+    L = qt.rowcol_launch  # (row_tile, col_block, col_tile, do_row, do_col)
+    assert L(1, 32, 1, True, True) == (64, 128, 2)  # the mx32 dO rows + dO^T
+    assert L(1, 32, 128, False, True) == (64, 128, 2)  # the mx32 W^T alone
+    assert L(1, 32, 128, True, True) == (128, 128, 4)  # the mx32 x rows + x^T tiles
+    assert L(128, 32, 1, True, True) == (128, 128, 4)  # 128-row tiles of the row copy need 128 rows
+    assert L(1, 128, 128, True, True) == L(128, 128, 128, False, True) == (128, 128, qt.ROWCOL_NUM_WARPS)
+    assert L(128, 32, 1, True, False) == (128, 128, 8)  # rows only (col_block unused)
     monkeypatch.setattr(qt, "_INTERPRET", True)
-    assert qt.rowcol_warps(128, True) == 4
+    assert L(1, 128, 1, True, True) == (128, 128, 4) and L(1, 32, 1, True, True) == (64, 128, 4)
     seen = []
 
     class FakeKernel:
         def __getitem__(self, grid):
-            return lambda *args, **kwargs: seen.append(kwargs["num_warps"])
+            return lambda *args, **kwargs: seen.append((grid[0], kwargs["BM"], kwargs["num_warps"]))
     monkeypatch.setattr(qt, "_blocked_rowcol_kernel", FakeKernel())
     monkeypatch.setattr(qt, "_INTERPRET", False)
     monkeypatch.setattr(qt, "default_hw_cast", lambda dev: False)
-    x3 = torch.zeros(1, 64, 128)
+    x3 = torch.zeros(1, 256, 128)
     qt._run(x3, None, 32, 1, 32, 128, True, True)
     qt._run(x3, None, 128, 1, 128, 1, True, True)
     qt._run(x3, None, 32, 1, 32, 128, True, True, num_warps=16)
-    assert seen == [4, 8, 16]
+    qt._run(x3, None, 32, 1, 32, 1, True, True)
+    qt._run(x3, None, 32, 1, 32, 1, True, True, tile=(32, 64))
+    assert seen == [(2, 128, 4), (2, 128, 8), (2, 128, 16), (4, 64, 2), (8, 32, 2)]
+    with pytest.raises(ValueError, match="program tile"):  # a 128-row tile cannot fit a 64-row program
+        qt._run(x3, None, 32, 128, 32, 1, True, True, tile=(64, 128))

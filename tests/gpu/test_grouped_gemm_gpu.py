@@ -98,11 +98,22 @@ def test_wgrad_gpu(block, tile):
     assert rel(out, ref) < 5e-4
 
 
+@pytest.mark.parametrize("tile", [None, (64, 128), (32, 128), (32, 64)], ids=["default", "64x128", "32x128", "32x64"])
 @pytest.mark.parametrize("rb,cb,ct", [(128, 128, 128), (32, 32, 1), (32, 32, 128), (128, 128, 1)])
-def test_triton_blocked_quantizer_gpu_bit_identical(rb, cb, ct):
-    """Compiled (hardware e4m3 cast on sm_90) one-read quantizer == quant.py's PyTorch, byte for byte."""
+def test_triton_blocked_quantizer_gpu_bit_identical(rb, cb, ct, tile, monkeypatch):
+    """Compiled (hardware e4m3 cast on sm_90) one-read quantizer == quant.py's PyTorch, byte for byte, with
+    rowcol_launch's program tile (64 x 128 for the 1x32 column copy) and each other one that holds the layout's
+    scale regions."""
+    from kernels.grouped_gemm import quant_triton
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
     from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
+    if tile:
+        try:
+            quant_triton._check_tile(tile, rb, 1, cb, ct, True, True)
+        except ValueError:
+            pytest.skip(f"a {tile} program does not hold {rb} / {cb}x{ct} scale regions")
+        real = quant_triton.rowcol_launch
+        monkeypatch.setattr(quant_triton, "rowcol_launch", lambda *layout: tile + real(*layout)[2:])
     torch.manual_seed(3)
     M, K, limit = 5000, 1536, 4900
     x = (torch.randn(M, K, device="cuda") * torch.exp(torch.randn(M, 1, device="cuda") * 3)).bfloat16()
