@@ -342,7 +342,10 @@ def run(cfg: JobConfig, log=print) -> dict:
                 not_training += time.perf_counter() - t_save  # saving is not training throughput
                 last_saved = step
         if step == faults.exit_after_step:
-            os._exit(17)  # abrupt death of every rank, as if killed (tests of resume)
+            # abrupt death of every rank, as if killed (tests of resume), once every rank is through the step: a
+            # rank that died first could have torchrun kill rank 0 before it wrote the step's metrics record
+            dist.barrier()
+            os._exit(17)
 
     collector.close()
     if sync_debug:
