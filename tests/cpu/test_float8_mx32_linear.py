@@ -16,8 +16,11 @@ from titan_fp8.float8 import linear as f8linear
 MX32 = dict(recipe_name="mxfp8", linear_granularity="mx32", emulate=True)
 # the emulated GEMMs multiply the decoded operands in fp32; the reference in float64
 TOL_EXACT = 1e-5
-# against the UNquantized float64 product: e4m3 rounding (2^-4 relative at worst)
+# against the UNquantized float64 product: e4m3 rounding (2^-4 relative at worst per element); norm-wise over many
+# rows ~3.8% (400 seeds of this file's data at 33 and 97 tokens: max 4.6%). One token's row does not average: its
+# few outputs can cancel, and its error reached 11.1% (p99 8.0%) over the same 400 seeds at 1 x 256 -> 128.
 TOL_QUANT = 0.06
+TOL_QUANT_ONE_ROW = 0.15
 
 
 def rel(out, ref):
@@ -94,7 +97,8 @@ def test_numerics_against_float64(M, K, N):
     float64: x and g 1x32 along the contracted dim, w 128x128 tiles (both GEMMs), grad-weight's g^T 1x32 and x^T
     32 x 128 along tokens. Token counts that are not multiples of 32 (97, 33, 1) work: the token-major copies get
     zero tokens appended."""
-    gen = torch.Generator().manual_seed(torch.seed() % 2**31)
+    seed = torch.seed() % 2**31
+    gen = torch.Generator().manual_seed(seed)
     x = _data(M, K, gen)
     w = _data(N, K, gen, huge=False) * 1e-2
     g = _data(M, N, gen, huge=False) * 1e-3
@@ -105,15 +109,16 @@ def test_numerics_against_float64(M, K, N):
             ("grad_w", gw, _deq_tokens(g, 1).t() @ _deq_tokens(x, 128)))
     for what, got, ref in refs:
         assert got.dtype == torch.float32 and torch.isfinite(got).all(), what
-        assert rel(got, ref) < TOL_EXACT, (what, rel(got, ref))
+        assert rel(got, ref) < TOL_EXACT, (what, rel(got, ref), seed)
     if M > 3:
         assert (y[1] == 0).all() and (gx[1] == 0).all()
     # without the huge outlier: close to the unquantized product
     x = _data(M, K, gen, huge=False)
     y, gx, gw = _run(x, w, g)
     xd, wd, gd = x.double(), w.double(), g.double()
+    tol = TOL_QUANT if M >= 32 else TOL_QUANT_ONE_ROW
     for what, got, ref in (("y", y, xd @ wd.t()), ("grad_x", gx, gd @ wd), ("grad_w", gw, gd.t() @ xd)):
-        assert rel(got, ref) < TOL_QUANT, (what, rel(got, ref))
+        assert rel(got, ref) < tol, (what, rel(got, ref), seed)
 
 
 def test_nan_and_inf_propagate():
