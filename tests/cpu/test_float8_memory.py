@@ -9,9 +9,11 @@
   per local parameter for the whole step), and no op inside it makes a tensor bigger than 8 bytes per weight.
 - import without torchao: blockwise / mxfp8 work, tensorwise fails at conversion naming torchao.
 """
+import contextlib
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -106,6 +108,37 @@ def _hardware_path_linears(m, rowwise: bool, gathered: bool):
             mod.forward = lambda x, mod=mod: _ScaledMM.apply(x, mod.weight, rowwise, cfg)
 
 
+@contextlib.contextmanager
+def _scaled_mm_by_matmul():
+    """CPU torch's kernel for a float8 e4m3 x e4m3 _scaled_mm with tensor-wide scales takes seconds for one of this
+    block's GEMMs (about 1000x an fp32 matmul of the same shape; rowwise scales or an e5m2 operand are fast), and the
+    compiled tests below run one block's forward 1-2x per mode only so that autograd sees what the partitioner
+    saved. Inside this, aten._scaled_mm on CPU is the same product, (a * scale_a) @ (b * scale_b) (+ bias) in fp32,
+    in out_dtype (same shape, dtype and layout). Tracing, partitioning and inductor's lowering never run the CPU
+    kernel (they see fake tensors), so the graphs and what is saved for backward are the same as without it."""
+    lib = torch.library.Library("aten", "IMPL")
+
+    def scaled_mm(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False):
+        assert scale_result is None
+        out = (a.float() * scale_a.float()) @ (b.float() * scale_b.float())
+        if bias is not None:
+            out = out + bias.float()
+        return out.to(out_dtype or a.dtype)
+
+    def scaled_mm_out(a, b, scale_a, scale_b, bias=None, scale_result=None, out_dtype=None, use_fast_accum=False,
+                      *, out):  # inductor's extern call
+        return out.copy_(scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum))
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Overriding a previously registered kernel")
+        lib.impl("_scaled_mm", scaled_mm, "CPU")
+        lib.impl("_scaled_mm.out", scaled_mm_out, "CPU")
+    try:
+        yield
+    finally:
+        lib._destroy()
+
+
 def compiled_saved(mode: str, inductor: bool = False, device: str = "cpu"):
     """(bytes, saved float8 tensor shapes) that torch.compile's partitioner keeps for backward of one block,
     parameters excluded. Graphs as on the GPU (hardware _scaled_mm path, which CPU torch runs too); no
@@ -140,9 +173,10 @@ def compiled_saved(mode: str, inductor: bool = False, device: str = "cpu"):
     f = torch.compile(m) if inductor else torch.compile(
         m, backend=aot_autograd(fw_compiler=nop, bw_compiler=nop, partition_fn=min_cut_rematerialization_partition))
     x = torch.randn(M, D, dtype=torch.bfloat16, device=device, requires_grad=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = f(x)
-    out.float().sum().backward()
+    with _scaled_mm_by_matmul():
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = f(x)
+        out.float().sum().backward()
     assert all(p.grad is not None for p in m.parameters())
     return sum(seen.values()), f8_shapes
 
@@ -194,7 +228,8 @@ def _backward_graph(mode: str):
     f = torch.compile(m, backend=aot_autograd(fw_compiler=lambda gm, _: gm, bw_compiler=keep,
                                               partition_fn=min_cut_rematerialization_partition))
     x = torch.randn(M, D, dtype=torch.bfloat16, requires_grad=True)
-    f(x).float().sum().backward()
+    with _scaled_mm_by_matmul():
+        f(x).float().sum().backward()
     assert len(graphs) == 1
     return graphs[0].graph
 
