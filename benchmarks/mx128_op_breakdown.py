@@ -3,7 +3,7 @@ and per iteration under torch.profiler, beside bf16 `torch._grouped_mm` fwd+bwd,
 benchmarks/mxfp8_grouped_gemm_backends.py (E = 8 x 8192 tokens).
 
     python benchmarks/mx128_op_breakdown.py [--shapes dsv3_up,llama_up] [--routing even] [--iters 10]
-        [--ops bf16,op_mx128_cutlass]     (also op_mx128_triton, op_mx32_gluon, op_mx32_gluon_s28, torchao_fp8_rowwise)
+        [--ops bf16,op_mx128_cutlass]     (also op_mx128_triton, op_mx32_gluon, op_mx32_gluon_s28, op_*_tq, torchao_fp8_rowwise)
 
 Per op: wall ms per iteration (CUDA events around --iters back-to-back iterations), GPU-busy ms per iteration
 (the union of kernel intervals in the profiled iterations), and each kernel's ms per iteration and share of the
@@ -27,13 +27,14 @@ from benchmarks.mxfp8_grouped_gemm_backends import (  # noqa: E402
     fwd_bwd,
     launch_rule_s28,
     routings,
+    with_env,
     with_quant_launch,
 )
 from benchmarks.results_json import write_results  # noqa: E402
 from benchmarks.trace_gaps import gpu_gaps  # noqa: E402
 
 GEMM_KEYS = ("gemm", "Gemm", "cutlass", "sm90", "grouped_mm", "_nt_", "wgrad", "xmma", "nvjet")
-QUANT_KEYS = ("quant", "mxfp8", "amax", "scale", "_rowcol", "fp8", "wt_tile")
+QUANT_KEYS = ("quant", "mxfp8", "amax", "scale", "rowcol", "fp8", "wt_tile")
 
 
 def kind(name: str) -> str:
@@ -53,6 +54,8 @@ def make_ops(names):
            "op_mx32_gluon": lambda x, w, o: mm(x, w, o, granularity="mx32", backend="gluon")}
     # the same op with its quantizers launched as session 28 left them (128 x 128 programs)
     ops["op_mx32_gluon_s28"] = with_quant_launch(ops["op_mx32_gluon"], launch_rule_s28)
+    for name in ("op_mx128_cutlass", "op_mx32_gluon"):  # x / dO copies on the Triton kernel (before session 30)
+        ops[name + "_tq"] = with_env(ops[name], "TITAN_FP8_ROWCOL_QUANT", "triton")
     try:
         from torchao.prototype.moe_training.fp8_grouped_mm import _to_fp8_rowwise_then_scaled_grouped_mm as tao
         ops["torchao_fp8_rowwise"] = lambda x, w, o: tao(x, w.transpose(-2, -1), o,

@@ -31,6 +31,8 @@ Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantiz
   op_mx128_cutlass_{coop,pp,s18} (token_align=128),
   op_mx32_triton, op_mx32_gluon, op_mx32_gluon_w8 (its quantizers at 8 warps, as before session 28),
   op_mx32_gluon_s28 (its quantizers launched as in session 28: 128 x 128 programs, 32-token columns at 4 warps)
+  op_mx128_cutlass_tq, op_mx32_gluon_tq (TITAN_FP8_ROWCOL_QUANT=triton: the x / dO copies on the Triton kernel,
+  as before session 30; the default rows take the CUDA one where it builds)
   (titan_fp8.float8.experts.mxfp8_grouped_mm). --ops picks a subset (default all). FLOPs: 3 GEMMs.
 Timing: per (shape, routing, pass) every variant round-robin, --rounds rounds (default 50), CUDA events per call,
 median (benchmarks/cuda_timing.interleaved_ms; kernels alternate two input sets, each far larger than L2): the
@@ -105,22 +107,25 @@ def fwd_bwd(fn, x, w, offs, go):
         fn(x, w, offs).backward(go)
 
 
-def with_schedule(fn, sched):
-    """fn with the CUTLASS schedule override set (read per call by cutlass_backend)."""
-    if sched is None:
-        return fn
-
+def with_env(fn, name, value):
+    """fn with the environment variable `name` set to value (settings read per call: the CUTLASS schedule, the
+    rowcol quantizer's kernel)."""
     def enter():
-        before = os.environ.get(SCHED_ENV)
-        os.environ[SCHED_ENV] = sched
+        before = os.environ.get(name)
+        os.environ[name] = value
         return before
 
     def leave(before):
         if before is None:
-            os.environ.pop(SCHED_ENV, None)
+            os.environ.pop(name, None)
         else:
-            os.environ[SCHED_ENV] = before
+            os.environ[name] = before
     return _held(fn, enter, leave)
+
+
+def with_schedule(fn, sched):
+    """fn with the CUTLASS schedule override set (read per call by cutlass_backend)."""
+    return fn if sched is None else with_env(fn, SCHED_ENV, sched)
 
 
 def with_quant_launch(fn, rule):
@@ -414,6 +419,8 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
     ops["op_mx32_gluon"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="gluon")
     ops["op_mx32_gluon_w8"] = with_quant_launch(ops["op_mx32_gluon"], lambda *layout: (128, 128, 8))
     ops["op_mx32_gluon_s28"] = with_quant_launch(ops["op_mx32_gluon"], launch_rule_s28)
+    for name in ("op_mx128_cutlass", "op_mx32_gluon"):  # the x / dO copies on the Triton kernel, as before s30
+        ops[name + "_tq"] = with_env(ops[name], "TITAN_FP8_ROWCOL_QUANT", "triton")
     if only:
         unknown = set(only.split(",")) - set(ops)
         if unknown:

@@ -48,7 +48,8 @@ Launch configurations (FPROP_CONFIGS / WGRAD_CONFIGS) come from H200 sweeps; see
 All three are torch.library custom ops (titan_fp8::mxfp8_grouped_mm_{fprop,dgrad,wgrad}) with fake
 implementations, so torch.compile and FSDP2 trace through them. References: reference.py (float64).
 Operands with shared scales: quant.py (plain PyTorch, any device) and quant_triton.py (one read, GPU;
-under torch.compile the triton op titan_fp8::mxfp8_blocked_rowcol_traced), bit-identical to each other.
+under torch.compile the triton op titan_fp8::mxfp8_blocked_rowcol_traced), bit-identical to each other; the
+fused x / dO copies on sm_90 through quant_cuda.py's CUDA kernel (quant_triton's TITAN_FP8_ROWCOL_QUANT switch).
 """
 
 from __future__ import annotations

@@ -192,12 +192,13 @@ def nvcc_path() -> str:
     return nvcc
 
 
-def build_extension(name: str, src_dir: str, sources, headers, what: str, defines=(), tag: str = ""):
-    """Build (or load from the cache) a torch C++/CUDA extension for sm_90a with the CUTLASS/CuTe headers: the
-    CUTLASS backend here and cuda_mx.py. Cached in $TITAN_FP8_CUTLASS_BUILD_DIR (default ~/.cache/titan_fp8/),
+def build_extension(name: str, src_dir: str, sources, headers, what: str, defines=(), tag: str = "",
+                    cutlass: bool = True):
+    """Build (or load from the cache) a torch C++/CUDA extension for sm_90a with the CUTLASS/CuTe headers (unless
+    cutlass=False: plain CUDA such as quant_cuda.py's): the CUTLASS backend here and cuda_mx.py. Cached in $TITAN_FP8_CUTLASS_BUILD_DIR (default ~/.cache/titan_fp8/),
     keyed by a hash of the sources, headers, include path and defines. CutlassUnavailable (one line) when the
     headers, nvcc or a device are missing, or the build fails; `what` names the extension in those messages."""
-    include = cutlass_include_dir()
+    include = cutlass_include_dir() if cutlass else ""
     nvcc = nvcc_path()
     if not torch.cuda.is_available():
         raise CutlassUnavailable(f"{what} needs a CUDA device (sm_90); none is available")
@@ -222,7 +223,7 @@ def build_extension(name: str, src_dir: str, sources, headers, what: str, define
         return cpp_extension.load(
             name=name + (f"_{tag}" if tag else ""),
             sources=[os.path.join(src_dir, s_) for s_ in sources],
-            extra_include_paths=[src_dir, include],
+            extra_include_paths=[src_dir] + ([include] if include else []),
             extra_cflags=["-O3", "-std=c++17"],
             extra_cuda_cflags=cuda_flags,
             build_directory=build_dir,

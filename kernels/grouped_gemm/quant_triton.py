@@ -21,6 +21,8 @@ written into every 1x32 block it covers. Bit-identical to quant.py (tests: CPU i
 """
 from __future__ import annotations
 
+import logging
+import os
 from typing import Optional
 
 import torch
@@ -45,6 +47,55 @@ from kernels.mxfp8.triton import (
 
 BM = 128  # rows (tokens / N) per program
 BK = 128  # columns (features / K) per program
+
+# Which kernel makes the fused row + column copies of a bf16 activation / gradient (the expert op's x and dO:
+# to_mxfp8_blocked_rowcol with do_row and do_col, row_tile 1, in quant_cuda.LAYOUTS) on sm_90:
+#   "auto"    the CUDA C++ kernel of quant_cuda.py (1.05-1.19x this file's on an H100, same bytes) where it builds,
+#             else this file's kernel; the choice is logged once per process
+#   "cuda"    the CUDA kernel; a call it serves that cannot run there (no nvcc, not sm_90) raises
+#   "triton"  this file's kernel
+# Every other call (weights, one copy, fp16 / fp32 input, a forced hw_cast / num_warps / tile, the interpreter) runs
+# this file's kernel under every setting. Environment: TITAN_FP8_ROWCOL_QUANT.
+ROWCOL_QUANT_BACKENDS = ("auto", "cuda", "triton")
+_log = logging.getLogger(__name__)
+_logged: set = set()
+
+
+def rowcol_quant_backend() -> str:
+    v = os.environ.get("TITAN_FP8_ROWCOL_QUANT", "auto")
+    if v not in ROWCOL_QUANT_BACKENDS:
+        raise ValueError(f"TITAN_FP8_ROWCOL_QUANT={v!r}; allowed: {ROWCOL_QUANT_BACKENDS}")
+    return v
+
+
+def _cuda_rowcol(x3, row_block, row_tile, col_block, col_tile, do_row, do_col):
+    """quant_cuda when the switch says so and this call is one it makes, else None (then Triton)."""
+    if _INTERPRET or not x3.is_cuda:
+        return None
+    backend = rowcol_quant_backend()
+    if backend == "triton":
+        return None
+    from kernels.grouped_gemm import quant_cuda
+    if not (do_row and do_col and row_tile == 1 and (row_block, col_block, col_tile) in quant_cuda.LAYOUTS
+            and x3.dtype == torch.bfloat16):
+        return None  # not a call the switch covers
+    why = quant_cuda.unsupported_reason(x3, row_block, row_tile, col_block, col_tile, do_row, do_col)
+    if why is None:
+        try:
+            quant_cuda.load()
+        except quant_cuda.CutlassUnavailable as e:
+            why = str(e)
+    if why is not None:
+        if backend == "cuda":
+            raise RuntimeError(f"TITAN_FP8_ROWCOL_QUANT=cuda: the CUDA rowcol quantizer cannot run this call: {why}")
+        if "triton" not in _logged:
+            _logged.add("triton")
+            _log.warning("rowcol quantizer: auto picked the Triton kernel (%s)", why)
+        return None
+    if backend not in _logged:
+        _logged.add(backend)
+        _log.info("rowcol quantizer: %s picked the CUDA kernel (kernels/grouped_gemm/quant_cuda.py)", backend)
+    return quant_cuda
 
 
 @triton.jit
@@ -164,6 +215,10 @@ def _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw
     if limit is not None and after is not None:
         raise ValueError("to_mxfp8_blocked_rowcol: limit and after cannot both be given (they share one kernel "
                          "argument)")
+    if not traced and hw_cast is None and num_warps is None and tile is None:
+        cuda = _cuda_rowcol(x3, row_block, row_tile, col_block, col_tile, do_row, do_col)
+        if cuda is not None:  # `after` needs nothing here: the custom op's input already orders the launch
+            return cuda.rowcol(x3, row_block, col_block, col_tile, limit)
     bm, bk, warps = rowcol_launch(row_tile, col_block, col_tile, do_row, do_col)
     tile = tile or (bm, bk)
     _check_tile(tile, row_block, row_tile, col_block, col_tile, do_row, do_col)
@@ -439,12 +494,14 @@ def to_mxfp8_blocked_rowcol(x: torch.Tensor, *, row_block: int = 128, row_tile: 
         # eager callers (FSDP2's pre-all-gather of the expert weights, twice per block and step) skip the custom
         # op's dispatch: the same function, less host time
         out = _run(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, hw_cast, num_warps, after)
-    elif TRACED_LAUNCH and after is None:
+    elif TRACED_LAUNCH and after is None and _cuda_rowcol(x3, row_block, row_tile, col_block, col_tile, do_row,
+                                                          do_col) is None:
         out = _blocked_rowcol_traced_op(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col)
     else:
         # `after` needs the opaque op: inductor orders a traced kernel by what the kernel reads, and this one never
         # reads `after` (it rode on an unread argument): it scheduled such a quantization ahead of the backward
-        # tensor it was meant to wait for (benchmarks/results/issue9_host_s16/call7_error_probe/)
+        # tensor it was meant to wait for (benchmarks/results/issue9_host_s16/call7_error_probe/). The CUDA
+        # kernel (_cuda_rowcol) cannot be traced either: it runs inside this op too.
         out = _blocked_rowcol_op(x3, limit, row_block, row_tile, col_block, col_tile, do_row, do_col, after)
     qr, sr, qc, sc = out
     sq = (lambda t: t) if x.ndim == 3 else (lambda t: t.squeeze(0))

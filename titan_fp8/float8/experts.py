@@ -37,9 +37,10 @@ granularity with power-of-two (E8M0) scales, plus 128x128 tiles for x^T in wgrad
 zeroed before the token-axis quantization so padding garbage (torch._grouped_mm leaves such rows
 uninitialised) cannot reach a real token's scale.
 
-CUDA tensors run the Triton quantizer (kernels/grouped_gemm/quant_triton.py, one read of x / dO for both
-copies) and the GEMMs of kernels/grouped_gemm through its backend switch (`backend`: "auto" runs "mx128" on
-CUTLASS on sm_90 where it builds, wgrad only with token_align=128); anything else runs the emulated twin (the
+CUDA tensors run the one-read quantizers of kernels/grouped_gemm (x / dO: both copies from one read; on sm_90 the
+CUDA C++ kernel of quant_cuda.py where it builds, else quant_triton.py's; TITAN_FP8_ROWCOL_QUANT picks) and the
+GEMMs of kernels/grouped_gemm through its backend switch (`backend`: "auto" runs "mx128" on CUTLASS on sm_90
+where it builds, wgrad only with token_align=128); anything else runs the emulated twin (the
 same quantization in plain PyTorch, kernels/grouped_gemm/quant.py, then the float64 dequantize-then-matmul
 references), which tests compare with the kernels.
 """

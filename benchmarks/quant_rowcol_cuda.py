@@ -1,0 +1,155 @@
+"""The expert op's fused activation / gradient quantizer: CUDA C++ (kernels/grouped_gemm/quant_cuda.py) beside the
+Triton kernel (quant_triton.py, its rowcol_launch configuration) and a plain copy, round-robin in one run.
+
+First a byte check of the CUDA kernel against the Triton kernel AND quant.py's PyTorch rule (to_mxfp8_blocked) in
+all four layouts at awkward cases: M not a multiple of 32 or 128, K % 128 == 32 (scale rows not 4-byte aligned),
+`limit` inside a tile, NaN / inf rows, zeros, bf16 subnormals, values near the bf16 maximum. A mismatch exits
+non-zero before any timing. Then, per shape (E = 8 x 8192 tokens; x [T, K] and dO [T, N] for dsv3_up K, N = 7168,
+2048; dsv3_down 2048, 7168; llama_up 4096, 2816; last 100 rows past `limit`), the ms of each launch, TB/s
+(bytes read + written) and cuda / triton.
+
+    python benchmarks/quant_rowcol_cuda.py [--shapes dsv3_up,...] [--rounds 20] [--check-only]
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks.cuda_timing import interleaved_ms  # noqa: E402
+from benchmarks.results_json import write_results  # noqa: E402
+from kernels.grouped_gemm import quant_cuda, quant_triton  # noqa: E402
+from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
+
+SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
+E, TPE = 8, 8192
+LAYOUT_NAMES = {(128, 128, 128): "mx128 x", (128, 128, 1): "mx128 dO", (32, 32, 128): "mx32 x", (32, 32, 1): "mx32 dO"}
+
+
+def triton_rowcol(x, rb, cb, ct, limit):
+    return quant_triton._run(x.unsqueeze(0), limit, rb, 1, cb, ct, True, True)
+
+
+def reference(x, rb, cb, ct, limit):
+    rd, rs = to_mxfp8_blocked(x, -1, rb, 1)
+    xz = x.clone()
+    if limit is not None:
+        xz[int(limit.item()):] = 0
+    xz = torch.nn.functional.pad(xz, (0, 0, 0, (-x.shape[0]) % 32))
+    cd, cs = to_mxfp8_blocked(xz.t(), -1, cb, ct)
+    return rd, rs, cd, cs
+
+
+def cases():
+    """(name, x, limit or None) on the GPU."""
+    g = torch.Generator(device="cuda").manual_seed(7)
+    out = []
+    x = (torch.randn(5000, 1536, device="cuda", generator=g)
+         * torch.exp(torch.randn(5000, 1, device="cuda", generator=g) * 3)).bfloat16()
+    x[3, 5] = float("nan")
+    x[4900:] = float("nan")
+    out.append(("5000x1536 limit 4900, NaN rows past it", x, 4900))
+    out.append(("100x1440 (K % 128 = 32)", torch.randn(100, 1440, device="cuda", generator=g).bfloat16(), None))
+    x = torch.randn(33, 2816, device="cuda", generator=g).bfloat16()
+    x[25] = float("inf")
+    out.append(("33x2816 limit 20, inf row past it", x, 20))
+    x = torch.randn(257, 4096, device="cuda", generator=g).bfloat16()
+    x[:40, :300] = 0
+    x[50:60] = (torch.randn(10, 4096, device="cuda", generator=g) * 1e-39).bfloat16()  # bf16 subnormals
+    x[70:80] = (torch.randn(10, 4096, device="cuda", generator=g) * 3e38).clamp(-3.3e38, 3.3e38).bfloat16()
+    x[90, 1000] = float("-inf")
+    x[91, 7] = float("nan")
+    out.append(("257x4096 zeros, subnormals, huge, -inf, NaN", x, 250))
+    out.append(("128x128 limit 0", torch.randn(128, 128, device="cuda", generator=g).bfloat16(), 0))
+    return out
+
+
+def check():
+    u8 = torch.uint8
+    n = 0
+    for (rb, cb, ct), lname in LAYOUT_NAMES.items():
+        for name, x, lim in cases():
+            limit = None if lim is None else torch.tensor([lim], dtype=torch.int32, device="cuda")
+            ref = reference(x, rb, cb, ct, limit)
+            for who, got, want in [("triton", triton_rowcol(x, rb, cb, ct, limit), ref)] + [
+                    (f"cuda g{g}", quant_cuda.rowcol(x, rb, cb, ct, limit, group_m=g), ref) for g in (0, 3)]:
+                for part, a, b in zip(("row data", "row scale", "col data", "col scale"), got, want):
+                    a, b = a.reshape(-1).view(u8), b.reshape(-1).view(u8)
+                    if a.shape != b.shape or not torch.equal(a, b):
+                        bad = (a != b).nonzero()[:5].flatten().tolist() if a.shape == b.shape else "shape"
+                        raise SystemExit(f"MISMATCH {lname} {name}: {who}'s {part} vs quant.py at flat {bad} "
+                                         f"(shapes {tuple(a.shape)} / {tuple(b.shape)})")
+            n += 1
+    print(f"byte check: {n} cases x 4 outputs of the Triton kernel and the CUDA kernel (two tile orders) equal to "
+          f"quant.py",
+          flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--check-only", action="store_true")
+    ap.add_argument("--layouts", default=",".join(LAYOUT_NAMES.values()), help="of: " + ", ".join(LAYOUT_NAMES.values()))
+    ap.add_argument("--group-m", default="", help="also the CUDA kernel with these tile orders (runs of G "
+                    "128-token tiles, K-tile by K-tile; default 0: along K first), e.g. 4,8,16")
+    ap.add_argument("--diag", action="store_true", help="also the CUDA kernel without the column copy's data "
+                    "stores (nocol), the row copy's (norow), either (nostore): diagnostics, wrong bytes")
+    args = ap.parse_args()
+    check()
+    if args.check_only:
+        return
+    rows, M = [], E * TPE
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+            "triton": __import__("triton").__version__, "command": "python " + " ".join(sys.argv),
+            "E": E, "tokens_per_expert": TPE, "timing": f"round-robin, {args.rounds} rounds, median"}
+    for shape in args.shapes.split(","):
+        K, N = SHAPES[shape]
+        t = {"x": torch.randn(M, K, device="cuda", dtype=torch.bfloat16),
+             "dO": torch.randn(M, N, device="cuda", dtype=torch.bfloat16)}
+        lim = torch.tensor([M - 100], device="cuda", dtype=torch.int32)
+        fns, nbytes = {}, {}
+        for opnd in ("x", "dO"):
+            fns[("copy", opnd)] = [lambda a=t[opnd]: a.clone()]
+            nbytes[("copy", opnd)] = 4 * t[opnd].numel()
+        for (rb, cb, ct), lname in LAYOUT_NAMES.items():
+            if lname not in args.layouts.split(","):
+                continue
+            a = t[lname.split()[1]]
+            want = triton_rowcol(a, rb, cb, ct, lim)
+            fns[(lname, "triton")] = [lambda a=a, k=(rb, cb, ct): triton_rowcol(a, *k, lim)]
+            nbytes[(lname, "triton")] = 4 * a.numel()
+            cuda = {"cuda": {}}
+            for g in filter(None, args.group_m.split(",")):
+                cuda[f"cuda_g{g}"] = dict(group_m=int(g))
+            for v, kw in cuda.items():
+                got = quant_cuda.rowcol(a, rb, cb, ct, lim, **kw)
+                if not all(torch.equal(p.reshape(-1).view(torch.uint8), q.reshape(-1).view(torch.uint8))
+                           for p, q in zip(got, want)):
+                    raise SystemExit(f"MISMATCH {shape} {lname} cuda {v} at full size")
+            if args.diag:
+                for v, d in (("nocol", 1), ("norow", 2), ("nostore", 3)):
+                    cuda[f"cuda_{v}"] = dict(diag=d)
+            for v, kw in cuda.items():
+                fns[(lname, v)] = [lambda a=a, k=(rb, cb, ct), kw=kw: quant_cuda.rowcol(a, *k, lim, **kw)]
+                nbytes[(lname, v)] = 4 * a.numel()
+        ms = interleaved_ms(fns, rounds=args.rounds)
+        for key, (m, iqr) in ms.items():
+            r = dict(shape=shape, launch=key[0], variant=key[1], ms=round(m, 4),
+                     TBps=round(nbytes[key] / m / 1e9, 3), iqr=round(iqr, 3))
+            if key[0] != "copy" and key[1] != "triton":
+                r["vs_triton"] = round(ms[(key[0], "triton")][0] / m, 3)
+            rows.append(r)
+            print(f"{shape:9s} {key[0]:9s} {key[1]:10s} {m:8.4f} ms {r['TBps']:6.3f} TB/s "
+                  f"{'x triton ' + str(r['vs_triton']) if 'vs_triton' in r else '':16s} iqr {r['iqr']}", flush=True)
+        write_results("quant_rowcol_cuda", meta, rows)
+        t = fns = None
+        torch.cuda.empty_cache()
+    print("wrote", write_results("quant_rowcol_cuda", meta, rows))
+
+
+if __name__ == "__main__":
+    main()
