@@ -86,7 +86,10 @@ _COMPILE_ALL = """
 import json, sys
 sys.path.insert(0, sys.argv[3])
 from kernels.grouped_gemm.gluon_mx import compile_sm90
+worker, workers = int(sys.argv[4]), int(sys.argv[5])
 for i, (kernel, config, out) in enumerate(json.load(open(sys.argv[1]))):
+    if i % workers != worker:
+        continue
     ptx, log = compile_sm90(kernel, tuple(config) if config else None, out)
     with open(f"{sys.argv[2]}/{i}.ptx", "w") as f:
         f.write(ptx)
@@ -98,19 +101,30 @@ for i, (kernel, config, out) in enumerate(json.load(open(sys.argv[1]))):
 @pytest.fixture(scope="module")
 def sm90(tmp_path_factory):
     """(kernel, config, out dtype) -> (ptx, ptxas log) for every kernel this module checks, compiled for sm_90a in
-    ONE fresh process without TRITON_INTERPRET. Not in this process: triton 3.6's interpreter leaves
-    triton.language.core's builtins patched after an interpreted kernel calls a @triton.jit helper
-    (InterpretedFunction.__call__ patches and never restores), and a real compile after that fails inside gl.cdiv
-    ("'block_argument' object has no attribute 'dtype'"): seen in full CPU runs with an empty triton cache, after
-    tests/cpu/test_grouped_gemm.py's interpreted kernels (test_interpreter_leaves_core_patched pins the cause)."""
+    fresh processes without TRITON_INTERPRET (one per CPU core up to 4, each compiling every n-th job: a cold
+    triton cache takes ~5 s a kernel, and pytest leaves the other cores idle meanwhile). Not in this process:
+    triton 3.6's interpreter leaves triton.language.core's builtins patched after an interpreted kernel calls a
+    @triton.jit helper (InterpretedFunction.__call__ patches and never restores), and a real compile after that
+    fails inside gl.cdiv ("'block_argument' object has no attribute 'dtype'"): seen in full CPU runs with an empty
+    triton cache, after tests/cpu/test_grouped_gemm.py's interpreted kernels (test_interpreter_leaves_core_patched pins the cause)."""
     jobs = _sm90_jobs()
     d = tmp_path_factory.mktemp("sm90")
     (d / "jobs.json").write_text(json.dumps(jobs))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, "-c", _COMPILE_ALL, str(d / "jobs.json"), str(d), root], env=env,
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr[-4000:]
+    workers = max(1, min(4, len(os.sched_getaffinity(0)), len(jobs)))
+    procs = [subprocess.Popen([sys.executable, "-c", _COMPILE_ALL, str(d / "jobs.json"), str(d), root, str(w),
+                               str(workers)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for w in range(workers)]
+    try:
+        for p in procs:
+            _, err = p.communicate(timeout=900)
+            assert p.returncode == 0, err[-4000:]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
     return {(k, tuple(c) if c else None, o): ((d / f"{i}.ptx").read_text(), (d / f"{i}.log").read_text())
             for i, (k, c, o) in enumerate(jobs)}
 
