@@ -1,10 +1,10 @@
 """The expert op's fused activation / gradient quantizer: CUDA C++ (kernels/grouped_gemm/quant_cuda.py) beside the
 Triton kernel (quant_triton.py, its rowcol_launch configuration) and a plain copy, round-robin in one run.
 
-First a byte check of the CUDA kernel against the Triton kernel AND quant.py's PyTorch rule (to_mxfp8_blocked) in
-all four layouts at awkward cases: M not a multiple of 32 or 128, K % 128 == 32 (scale rows not 4-byte aligned),
-`limit` inside a tile, NaN / inf rows, zeros, bf16 subnormals, values near the bf16 maximum. A mismatch exits
-non-zero before any timing. Then, per shape (E = 8 x 8192 tokens; x [T, K] and dO [T, N] for dsv3_up K, N = 7168,
+First a byte check of the Triton kernel and the CUDA kernel against quant.py's PyTorch rule (to_mxfp8_blocked) in
+all four layouts at the GPU test's awkward cases (tests/gpu/grouped_gemm_gpu_helpers.rowcol_cases: M not a multiple
+of 32 or 128, K % 128 == 32, `limit` inside a tile, NaN / inf rows, zeros, bf16 subnormals, values near the bf16
+maximum, empty x). A mismatch exits non-zero before any timing. Then, per shape (E = 8 x 8192 tokens; x [T, K] and dO [T, N] for dsv3_up K, N = 7168,
 2048; dsv3_down 2048, 7168; llama_up 4096, 2816; last 100 rows past `limit`), the ms of each launch, TB/s
 (bytes read + written) and cuda / triton.
 
@@ -22,7 +22,8 @@ sys.path.insert(0, ROOT)
 from benchmarks.cuda_timing import interleaved_ms  # noqa: E402
 from benchmarks.results_json import write_results  # noqa: E402
 from kernels.grouped_gemm import quant_cuda, quant_triton  # noqa: E402
-from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
+sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+from grouped_gemm_gpu_helpers import rowcol_cases, rowcol_reference  # noqa: E402  (the GPU test's cases)
 
 SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
 E, TPE = 8, 8192
@@ -33,47 +34,13 @@ def triton_rowcol(x, rb, cb, ct, limit):
     return quant_triton._run(x.unsqueeze(0), limit, rb, 1, cb, ct, True, True)
 
 
-def reference(x, rb, cb, ct, limit):
-    rd, rs = to_mxfp8_blocked(x, -1, rb, 1)
-    xz = x.clone()
-    if limit is not None:
-        xz[int(limit.item()):] = 0
-    xz = torch.nn.functional.pad(xz, (0, 0, 0, (-x.shape[0]) % 32))
-    cd, cs = to_mxfp8_blocked(xz.t(), -1, cb, ct)
-    return rd, rs, cd, cs
-
-
-def cases():
-    """(name, x, limit or None) on the GPU."""
-    g = torch.Generator(device="cuda").manual_seed(7)
-    out = []
-    x = (torch.randn(5000, 1536, device="cuda", generator=g)
-         * torch.exp(torch.randn(5000, 1, device="cuda", generator=g) * 3)).bfloat16()
-    x[3, 5] = float("nan")
-    x[4900:] = float("nan")
-    out.append(("5000x1536 limit 4900, NaN rows past it", x, 4900))
-    out.append(("100x1440 (K % 128 = 32)", torch.randn(100, 1440, device="cuda", generator=g).bfloat16(), None))
-    x = torch.randn(33, 2816, device="cuda", generator=g).bfloat16()
-    x[25] = float("inf")
-    out.append(("33x2816 limit 20, inf row past it", x, 20))
-    x = torch.randn(257, 4096, device="cuda", generator=g).bfloat16()
-    x[:40, :300] = 0
-    x[50:60] = (torch.randn(10, 4096, device="cuda", generator=g) * 1e-39).bfloat16()  # bf16 subnormals
-    x[70:80] = (torch.randn(10, 4096, device="cuda", generator=g) * 3e38).clamp(-3.3e38, 3.3e38).bfloat16()
-    x[90, 1000] = float("-inf")
-    x[91, 7] = float("nan")
-    out.append(("257x4096 zeros, subnormals, huge, -inf, NaN", x, 250))
-    out.append(("128x128 limit 0", torch.randn(128, 128, device="cuda", generator=g).bfloat16(), 0))
-    return out
-
-
 def check():
     u8 = torch.uint8
     n = 0
     for (rb, cb, ct), lname in LAYOUT_NAMES.items():
-        for name, x, lim in cases():
+        for name, x, lim in rowcol_cases():
             limit = None if lim is None else torch.tensor([lim], dtype=torch.int32, device="cuda")
-            ref = reference(x, rb, cb, ct, limit)
+            ref = rowcol_reference(x, rb, cb, ct, lim)
             for who, got, want in [("triton", triton_rowcol(x, rb, cb, ct, limit), ref)] + [
                     (f"cuda g{g}", quant_cuda.rowcol(x, rb, cb, ct, limit, group_m=g), ref) for g in (0, 3)]:
                 for part, a, b in zip(("row data", "row scale", "col data", "col scale"), got, want):

@@ -114,3 +114,43 @@ def check_special_vs_reference(out, ad, as_, wd, ws, offs):
     assert fin.double().mean() > 0.5
     assert rel(out[fin], r64[fin]) < TOL_BF16
     assert torch.isnan(out[41]).all() and torch.isfinite(out[42]).all()
+
+
+def rowcol_cases():
+    """(name, bf16 x on the GPU, limit or None) for the one-read rowcol quantizers: awkward M and K (K % 128 == 32:
+    scale rows not 4-byte aligned), limit inside a tile, NaN / inf rows past it, zeros, bf16 subnormals, values near
+    the bf16 maximum, an empty x. Also benchmarks/quant_rowcol_cuda.py's byte check."""
+    g = torch.Generator(device="cuda").manual_seed(11)
+    out = []
+    x = (torch.randn(5000, 1536, device="cuda", generator=g)
+         * torch.exp(torch.randn(5000, 1, device="cuda", generator=g) * 3)).bfloat16()
+    x[3, 5] = float("nan")
+    x[4900:] = float("nan")
+    out.append(("5000x1536 limit 4900", x, 4900))
+    out.append(("100x1440", torch.randn(100, 1440, device="cuda", generator=g).bfloat16(), None))
+    x = torch.randn(33, 2816, device="cuda", generator=g).bfloat16()
+    x[25] = float("inf")
+    out.append(("33x2816 limit 20", x, 20))
+    x = torch.randn(257, 4096, device="cuda", generator=g).bfloat16()
+    x[:40, :300] = 0
+    x[50:60] = (torch.randn(10, 4096, device="cuda", generator=g) * 1e-39).bfloat16()
+    x[70:80] = (torch.randn(10, 4096, device="cuda", generator=g) * 3e38).clamp(-3.3e38, 3.3e38).bfloat16()
+    x[90, 1000] = float("-inf")
+    x[91, 7] = float("nan")
+    out.append(("257x4096 specials", x, 250))
+    out.append(("128x128 limit 0", torch.randn(128, 128, device="cuda", generator=g).bfloat16(), 0))
+    out.append(("0x256", torch.empty(0, 256, device="cuda", dtype=torch.bfloat16), None))
+    return out
+
+
+def rowcol_reference(x, rb, cb, ct, lim):
+    """quant.py's bytes for to_mxfp8_blocked_rowcol(x, row_block=rb, col_block=cb, col_tile=ct, limit=[lim]):
+    (row data, row scale, column data, column scale)."""
+    from kernels.grouped_gemm.quant import to_mxfp8_blocked
+    rd, rs = to_mxfp8_blocked(x, -1, rb, 1)
+    xz = x.clone()
+    if lim is not None:
+        xz[lim:] = 0
+    xz = torch.nn.functional.pad(xz, (0, 0, 0, (-x.shape[0]) % 32))
+    cd, cs = to_mxfp8_blocked(xz.t(), -1, cb, ct)
+    return rd, rs, cd, cs

@@ -135,53 +135,22 @@ def test_triton_blocked_quantizer_gpu_bit_identical(rb, cb, ct, tile, monkeypatc
     assert torch.equal(wc.view(u8), wr.view(u8)) and torch.equal(wcs, wrs)
 
 
-def _rowcol_cases():
-    """(name, bf16 x on the GPU, limit or None): awkward M and K (K % 128 == 32: scale rows not 4-byte aligned),
-    limit inside a tile, NaN / inf rows past it, zeros, bf16 subnormals, values near the bf16 maximum."""
-    g = torch.Generator(device="cuda").manual_seed(11)
-    out = []
-    x = (torch.randn(5000, 1536, device="cuda", generator=g)
-         * torch.exp(torch.randn(5000, 1, device="cuda", generator=g) * 3)).bfloat16()
-    x[3, 5] = float("nan")
-    x[4900:] = float("nan")
-    out.append(("5000x1536 limit 4900", x, 4900))
-    out.append(("100x1440", torch.randn(100, 1440, device="cuda", generator=g).bfloat16(), None))
-    x = torch.randn(33, 2816, device="cuda", generator=g).bfloat16()
-    x[25] = float("inf")
-    out.append(("33x2816 limit 20", x, 20))
-    x = torch.randn(257, 4096, device="cuda", generator=g).bfloat16()
-    x[:40, :300] = 0
-    x[50:60] = (torch.randn(10, 4096, device="cuda", generator=g) * 1e-39).bfloat16()
-    x[70:80] = (torch.randn(10, 4096, device="cuda", generator=g) * 3e38).clamp(-3.3e38, 3.3e38).bfloat16()
-    x[90, 1000] = float("-inf")
-    x[91, 7] = float("nan")
-    out.append(("257x4096 specials", x, 250))
-    out.append(("128x128 limit 0", torch.randn(128, 128, device="cuda", generator=g).bfloat16(), 0))
-    out.append(("0x256", torch.empty(0, 256, device="cuda", dtype=torch.bfloat16), None))
-    return out
-
-
 @pytest.mark.parametrize("rb,cb,ct", [(128, 128, 128), (128, 128, 1), (32, 32, 128), (32, 32, 1)])
 def test_cuda_rowcol_quantizer_bit_identical(rb, cb, ct, monkeypatch):
     """The CUDA kernel (quant_cuda.py) == quant.py's PyTorch byte for byte, in both tile orders, and what
     to_mxfp8_blocked_rowcol runs under TITAN_FP8_ROWCOL_QUANT=cuda (eager and compiled) is that kernel."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the CUDA rowcol quantizer is built for sm_90a")
+    from grouped_gemm_gpu_helpers import rowcol_cases, rowcol_reference
     from kernels.grouped_gemm import quant_cuda
-    from kernels.grouped_gemm.quant import to_mxfp8_blocked
     from kernels.grouped_gemm.quant_triton import to_mxfp8_blocked_rowcol
     u8 = torch.uint8
     monkeypatch.setenv("TITAN_FP8_ROWCOL_QUANT", "cuda")
     compiled = torch.compile(lambda x, lim: to_mxfp8_blocked_rowcol(x, row_block=rb, col_block=cb, col_tile=ct,
                                                                     limit=lim), dynamic=False)
-    for name, x, lim in _rowcol_cases():
+    for name, x, lim in rowcol_cases():
         limit = None if lim is None else torch.tensor([lim], dtype=torch.int32, device="cuda")
-        rd, rs = to_mxfp8_blocked(x, -1, rb, 1)
-        xz = x.clone()
-        if lim is not None:
-            xz[lim:] = 0
-        xz = torch.nn.functional.pad(xz, (0, 0, 0, (-x.shape[0]) % 32))
-        cd, cs = to_mxfp8_blocked(xz.t(), -1, cb, ct)
+        rd, rs, cd, cs = rowcol_reference(x, rb, cb, ct, lim)
         runs = {f"g{g}": quant_cuda.rowcol(x, rb, cb, ct, limit, group_m=g) for g in (0, 3)}
         runs["switch"] = to_mxfp8_blocked_rowcol(x, row_block=rb, col_block=cb, col_tile=ct, limit=limit)
         if name.startswith("5000"):  # one compiled case: a compile per shape
