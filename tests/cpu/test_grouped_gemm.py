@@ -398,13 +398,18 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from kernels.grouped_gemm.quant_triton import _blocked_rowcol_kernel
 
+worker, workers = int(sys.argv[2]), int(sys.argv[3])  # this process compiles every workers-th case
 out = {}
+job = -1
 for dt in ("bf16", "fp16", "fp32"):
     # name: (row block, row tile, column block, column tile, F32, program rows, warps)
     cases = {"x_mx128": (128, 1, 128, 128, False, 128, 8), "dO_mx128": (128, 1, 128, 1, False, 128, 8),
              "x_mx32": (32, 1, 32, 1, False, 128, 8), "linear_f32": (128, 128, 128, 128, True, 128, 8),
              "dO_mx32_64x128": (32, 1, 32, 1, False, 64, 2)}
     for name, (rb, rt, cb, ct, f32, bm, warps) in cases.items():
+        job += 1
+        if job % workers != worker:
+            continue
         sig = dict(x_ptr="*" + dt, qr_ptr="*u8", sr_ptr="*fp32" if f32 else "*u8", qc_ptr="*u8",
                    sc_ptr="*fp32" if f32 else "*u8", limit_ptr="*i32", M="i32", K="i32", MC="i32", sxb="i64",
                    sqrb="i64", ssrb="i64", sqcb="i64", sscb="i64", sr0="i32", sr1="i32", sc0="i32", sc1="i32")
@@ -435,17 +440,29 @@ def test_rowcol_quantizer_compiles_for_sm90_in_two_ctas_per_sm():
     spills, and the bf16 mx128 copies (the expert op's activations and gradients) fit two 8-warp CTAs per SM
     (<= 128 registers). Holding the tile as fp32 took 163 registers (one CTA per SM) and ran
     those copies at 1.5 TB/s; in its storage type 101 and 1.9 TB/s (H100, benchmarks/results/issue10_s23/).
-    In a fresh process without TRITON_INTERPRET (see tests/cpu/test_grouped_gemm_gluon.py's sm90 fixture)."""
+    In fresh processes without TRITON_INTERPRET (see tests/cpu/test_grouped_gemm_gluon.py's sm90 fixture), one per
+    CPU core up to 4, each compiling every n-th of the 15 cases."""
     import json
     import os
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    r = subprocess.run([sys.executable, "-c", _COMPILE_ROWCOL, root], env=env, capture_output=True, text=True,
-                       timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    res = json.loads(r.stdout.strip().splitlines()[-1])
+    workers = max(1, min(4, len(os.sched_getaffinity(0))))
+    procs = [subprocess.Popen([sys.executable, "-c", _COMPILE_ROWCOL, root, str(w), str(workers)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for w in range(workers)]
+    res = {}
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=600)
+            assert p.returncode == 0, err[-3000:]
+            res.update(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert len(res) == 15, sorted(res)
     assert all(no_spill for _, no_spill in res.values()), res
     assert res["bf16/x_mx128"][0] <= 128 and res["bf16/dO_mx128"][0] <= 128, res
 
