@@ -129,14 +129,14 @@ def _scaled_mm_by_matmul():
                       *, out):  # inductor's extern call
         return out.copy_(scaled_mm(a, b, scale_a, scale_b, bias, scale_result, out_dtype, use_fast_accum))
 
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Overriding a previously registered kernel")
-        lib.impl("_scaled_mm", scaled_mm, "CPU")
-        lib.impl("_scaled_mm.out", scaled_mm_out, "CPU")
     try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Overriding a previously registered kernel")
+            lib.impl("_scaled_mm", scaled_mm, "CPU")
+            lib.impl("_scaled_mm.out", scaled_mm_out, "CPU")
         yield
     finally:
-        lib._destroy()
+        lib._destroy()  # the CPU kernels torch registered are the ones dispatched again
 
 
 def compiled_saved(mode: str, inductor: bool = False, device: str = "cpu"):
