@@ -31,7 +31,11 @@ LAYOUT_NAMES = {(128, 128, 128): "mx128 x", (128, 128, 1): "mx128 dO", (32, 32, 
 
 
 def triton_rowcol(x, rb, cb, ct, limit):
-    return quant_triton._run(x.unsqueeze(0), limit, rb, 1, cb, ct, True, True)
+    """The Triton kernel at its default launch. The program tile is passed explicitly: without it _run's switch
+    (TITAN_FP8_ROWCOL_QUANT, default auto) sends these calls to the CUDA kernel, which this script's "triton" rows
+    timed from session 30's switch on until session 31 fixed it."""
+    bm, bk, _ = quant_triton.rowcol_launch(1, cb, ct, True, True)
+    return quant_triton._run(x.unsqueeze(0), limit, rb, 1, cb, ct, True, True, tile=(bm, bk))
 
 
 def check():
@@ -65,7 +69,11 @@ def main():
                     "128-token tiles, K-tile by K-tile; default 0: along K first), e.g. 4,8,16")
     ap.add_argument("--diag", action="store_true", help="also the CUDA kernel without the column copy's data "
                     "stores (nocol), the row copy's (norow), either (nostore): diagnostics, wrong bytes")
+    ap.add_argument("--base-src", default="", help="also another revision's rowcol_quant.cu (built as a second "
+                    "extension; rows cuda_base), e.g. from `git show REV:kernels/grouped_gemm/cuda_quant/"
+                    "rowcol_quant.cu > /tmp/base/rowcol_quant.cu`")
     args = ap.parse_args()
+    base = quant_cuda.load_source(args.base_src, "base") if args.base_src else None
     check()
     if args.check_only:
         return
@@ -90,6 +98,8 @@ def main():
             fns[(lname, "triton")] = [lambda a=a, k=(rb, cb, ct): triton_rowcol(a, *k, lim)]
             nbytes[(lname, "triton")] = 4 * a.numel()
             cuda = {"cuda": {}}
+            if base is not None:
+                cuda["cuda_base"] = dict(ext=base)
             for g in filter(None, args.group_m.split(",")):
                 cuda[f"cuda_g{g}"] = dict(group_m=int(g))
             for v, kw in cuda.items():

@@ -33,6 +33,13 @@ def load():
         "titan_fp8_rowcol_quant", SRC_DIR, SOURCES, (), "CUDA rowcol quantizer", cutlass=False))
 
 
+def load_source(path: str, tag: str):
+    """Another revision's rowcol_quant.cu (same launcher signature) built as a separate extension, for A/B timing
+    in one process (benchmarks/quant_rowcol_cuda.py --base-src)."""
+    return build_extension("titan_fp8_rowcol_quant", os.path.dirname(os.path.abspath(path)),
+                           (os.path.basename(path),), (), f"CUDA rowcol quantizer ({path})", cutlass=False, tag=tag)
+
+
 def unsupported_reason(x: torch.Tensor, row_block: int, row_tile: int, col_block: int, col_tile: int,
                        do_row: bool, do_col: bool) -> str | None:
     """Why this call is not one the CUDA kernel makes (a short phrase naming what), or None."""
@@ -57,11 +64,12 @@ def unsupported_reason(x: torch.Tensor, row_block: int, row_tile: int, col_block
 
 
 def rowcol(x: torch.Tensor, row_block: int, col_block: int, col_tile: int, limit: torch.Tensor | None = None,
-           group_m: int = 0, diag: int = 0):
+           group_m: int = 0, diag: int = 0, ext=None):
     """See the module docstring; x [M, K] or [1, M, K] (outputs shaped as x's rank). Raises ValueError naming what
     does not fit, CutlassUnavailable when the kernel cannot be built here. group_m: the tile order (0: along K
     first; G > 0: runs of G 128-token tiles, K-tile by K-tile; same bytes); diag (measurements only, WRONG
-    bytes): 1 skips the column copy's data stores, 2 the row copy's."""
+    bytes): 1 skips the column copy's data stores, 2 the row copy's. ext: the extension to launch (default load();
+    benchmarks time another revision's build, see load_source)."""
     why = unsupported_reason(x, row_block, 1, col_block, col_tile, True, True)
     if why:
         raise ValueError(f"quant_cuda.rowcol: {why}")
@@ -77,7 +85,7 @@ def rowcol(x: torch.Tensor, row_block: int, col_block: int, col_tile: int, limit
     sr = torch.empty((M, K // 32), dtype=u8, device=dev)
     qc = torch.empty((K, MC), dtype=u8, device=dev)
     sc = torch.empty((K, MC // 32), dtype=u8, device=dev)
-    load().rowcol(x2, qr, sr, qc, sc, limit, row_block, col_block, col_tile, group_m, diag)
+    (ext or load()).rowcol(x2, qr, sr, qc, sc, limit, row_block, col_block, col_tile, group_m, diag)
     f8 = torch.float8_e4m3fn
     out = (qr.view(f8), sr, qc.view(f8), sc)
     return out if x.ndim == 2 else tuple(t.unsqueeze(0) for t in out)

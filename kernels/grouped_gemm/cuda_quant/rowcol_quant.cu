@@ -17,9 +17,13 @@
 //     already in token order: one 8-byte shared store per feature, then 16-byte coalesced global stores;
 //   - the CTA is persistent with the next tile's loads in flight (cp.async) while it quantizes the current one.
 // ~14 SASS instructions per element against the Triton kernel's 22-32. What still bounds it (ncu, mx128 x
-// dsv3_up): DRAM 67% busy, 0.30 instructions issued per scheduler cycle, 0.56 eligible warps of 3.9 (2 CTAs per
-// SM at 127 registers; the barriers between the amax, scale and transpose phases). Without the column copy's
-// stores it runs 0.645 ms, without either copy's 0.438 (benchmark --diag).
+// dsv3_up): DRAM 66% busy, 0.30 instructions issued per scheduler cycle, 0.6 eligible warps of 3.9 (2 CTAs per
+// SM at 127 registers). Without the copies' data stores it runs 0.42-0.44 ms (benchmark --diag) and its warps
+// wait 1.0 cycle per instruction on the long scoreboard; with them 3.3 (a store's source registers stay locked
+// while the memory system drains it) and 3.0 on the short one. Staging both copies in shared memory and sending
+// them with cp.async.bulk (one 128-byte copy per row, no stores from the warps, two tiles' loads in flight) gave
+// the same bytes at 0.96-1.02x this kernel's speed (session 31, issue10_s31/): the stores' cost is downstream
+// of the SM, not their issue.
 #include <cstdint>
 #include <algorithm>
 #include <climits>
@@ -127,9 +131,8 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
     const int kb0 = k0 / 32;
     if (RB == 128) {
       if (q < 8) {  // lane q: row r0 + q
-        uint32_t pk = rp[0];
-#pragma unroll
-        for (int p = 1; p < 4; ++p) pk = (q >> 1) == p ? rp[p] : pk;
+        const int sel = q >> 1;  // a select chain: the loop form put rp in local memory (a 16-byte stack frame)
+        const uint32_t pk = sel == 0 ? rp[0] : sel == 1 ? rp[1] : sel == 2 ? rp[2] : rp[3];
         float f;
         uint32_t byte;
         scale_of((q & 1) ? hi16(pk) : lo16(pk), f, byte);
@@ -143,9 +146,7 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
       }
     } else {  // RB 32: the 4 lanes of a block (q / 4) take two rows each
       const int kb = q >> 2, s = q & 3;
-      uint32_t pk = rp[0];
-#pragma unroll
-      for (int p = 1; p < 4; ++p) pk = s == p ? rp[p] : pk;
+      const uint32_t pk = s == 0 ? rp[0] : s == 1 ? rp[1] : s == 2 ? rp[2] : rp[3];
 #pragma unroll
       for (int t = 0; t < 2; ++t) {
         float f;
