@@ -1,7 +1,8 @@
 #!/bin/bash
 # Issue 10, session 31: what bounds the CUDA rowcol quantizer (kernels/grouped_gemm/quant_cuda.py), one H100 call:
 #   1. ncu of the mx128 x copy at dsv3_up (x [65536, 7168] bf16): the kernel, the same without any data stores
-#      (diag 3, wrong bytes), and a plain copy of x: speed of light, memory (DRAM bytes read / written), warp stalls;
+#      (diag 3, wrong bytes), and a copy of x (x * 1; in call 2 it was x.clone(), a memcpy ncu does not profile):
+#      speed of light, memory (DRAM bytes read / written), warp stalls;
 #   2. benchmarks/quant_rowcol_cuda.py: byte check, then kernel ms round-robin: the CUDA kernel now (select chains
 #      instead of the loop that put the row-scale pick in local memory), the session-30 source (cuda_base, built
 #      beside it), the Triton kernel (the script's "triton" rows run Triton again: they had followed the switch to

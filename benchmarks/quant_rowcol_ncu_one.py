@@ -1,6 +1,6 @@
 """Three launches of one x / dO quantizer at an expert-op shape (E = 8 x 8192 tokens), for ncu to profile the third:
 the CUDA rowcol quantizer (kernels/grouped_gemm/quant_cuda.py, optionally with diag store probes), the Triton one,
-or a plain copy of the operand (the bandwidth reference).
+or a copy of the operand by an elementwise kernel (x * 1: the bandwidth reference).
 
   ncu --section SpeedOfLight --section WarpStateStats ... -k regex:"rowcol|_blocked_rowcol|elementwise" -s 2 -c 1 \
       python benchmarks/quant_rowcol_ncu_one.py VARIANT LAYOUT SHAPE
@@ -27,7 +27,8 @@ def main():
     x = torch.randn(M, K if layout.endswith("_x") else N, device="cuda", dtype=torch.bfloat16)
     lim = torch.tensor([M - 100], device="cuda", dtype=torch.int32)
     if variant == "copy":
-        fn = x.clone
+        # an elementwise kernel (x.clone() of a contiguous tensor is a cudaMemcpyAsync, which ncu does not profile)
+        fn = lambda: x * 1  # noqa: E731
     elif variant == "triton":
         bm, bk, _ = quant_triton.rowcol_launch(1, cb, ct, True, True)
         fn = lambda: quant_triton._run(x.unsqueeze(0), lim, rb, 1, cb, ct, True, True, tile=(bm, bk))  # noqa: E731
