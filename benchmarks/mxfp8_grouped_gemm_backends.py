@@ -23,6 +23,8 @@ our wgrad kernels write dW in --wgrad-out, bf16 by default, as the peers and the
                     128x192 arithmetic in a CuTe mainloop of our own (not behind the backend switch yet)
   mx128_cutlass_s18  backend="cutlass" with session 18's defaults (128x128 tiles: cooperative for fprop/dgrad,
                     cooperative_lpt for wgrad)
+  mx128_cutlass@TAG (--cutlass-variant TAG=DEFINES) the default CUTLASS kernels built again with those -D defines
+                    (cutlass_backend.load_variant), e.g. late=-DTITAN_MX_RELEASE_LATE: CUTLASS's own consumer loop
   cutlass[<config>] (--cutlass-configs) backend="cutlass" under that kernel configuration (cluster shape,
                     raster order, swizzle: kernels/grouped_gemm/cutlass_backend.py SCHEDULES)
 Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantization, eager:
@@ -244,7 +246,18 @@ def main():
                     help="also time the CUTLASS mx128 kernels under these configurations (comma list of "
                          "cutlass_backend SCHEDULES strings, e.g. cooperative_2x1:along_n:swizzle=4); rows "
                          "'cutlass[<config>]'")
+    ap.add_argument("--cutlass-variant", action="append", default=[], metavar="TAG=DEFINE[,DEFINE]",
+                    help="also time the CUTLASS kernels of the same sources built with these -D defines (e.g. "
+                         "late=-DTITAN_MX_RELEASE_LATE), rows 'mx128_cutlass@TAG' beside the default build's "
+                         "(needs mx128_cutlass in --ours; bits_equal: output identical to its)")
     args = ap.parse_args()
+    variants = {}
+    for spec in args.cutlass_variant:
+        tag, _, defs = spec.partition("=")
+        if not tag.isidentifier() or not defs:
+            raise SystemExit(f"--cutlass-variant {spec!r}: expected TAG=DEFINE[,DEFINE]")
+        from kernels.grouped_gemm.cutlass_backend import load_variant
+        variants[tag] = load_variant(tag, tuple(defs.split(",")))
     ours = {}
     for v in filter(None, args.ours.split(",")):
         if v not in OURS:
@@ -373,6 +386,27 @@ def main():
                         rec(shape=shape, routing=rname, pass_=p, variant=vname, error=repr(e)[:400])
                         continue
                     kern[p][vname] = fns
+            # ---- the CUTLASS kernels of another build (--cutlass-variant), beside the default build's
+            for tag, ext in variants.items():
+                vname = f"mx128_cutlass@{tag}"
+                if (128, 128, 128) not in operands:
+                    rec(shape=shape, routing=rname, pass_="prep", variant=vname, error="needs --ours mx128_cutlass")
+                    continue
+                wq, wqt, qs = operands[(128, 128, 128)]
+                for p in PASSES:
+                    fns = [cutlass_variant_call(ext, p, q, wq, wqt, offs, dw_dtype) for q in qs]
+                    try:
+                        out = fns[0]()
+                        torch.cuda.synchronize()
+                        if (p, "mx128") in outs:
+                            ref_name, ref = outs[(p, "mx128")]
+                            extras[(p, vname)] = {"rel_vs": float(f"{rel(out, ref):.3g}"), "rel_ref": ref_name,
+                                                  "bits_equal": bool(torch.equal(out, ref))}
+                        del out
+                    except Exception as e:
+                        rec(shape=shape, routing=rname, pass_=p, variant=vname, error=repr(e)[:400])
+                        continue
+                    kern[p][vname] = fns
             del outs
             # ---- time each pass: every variant round-robin (benchmarks/cuda_timing.interleaved_ms)
             for p in PASSES:
@@ -393,6 +427,33 @@ def main():
         torch.cuda.empty_cache()
     print_table(meta, rows, time.time() - t0)
     print("wrote", write_json(meta, rows))
+
+
+def cutlass_variant_call(ext, p, q, wq, wqt, offs, dw_dtype):
+    """Pass p of the CUTLASS kernels in the extension `ext` (cutlass_backend.load_variant: another build of the same
+    sources): the operands and per-pass configuration cutlass_backend's ops use, launched through the extension's
+    grouped_rows / grouped_red (that build registers no ops). q: (x, dO, dO^T, x^T) quantized as in main."""
+    from kernels.grouped_gemm import cutlass_backend as cb
+    if p == "wgrad":
+        (x, sx), (y, sy) = q[2], q[3]
+        cfg = cb.schedule_id("wgrad", x.shape[0] / cb.GRAN, y.shape[0] / cb.GRAN)
+
+        def run():
+            out = torch.empty(offs.shape[0], x.shape[0], y.shape[0], dtype=dw_dtype, device=x.device)
+            ext.grouped_red(x.view(torch.uint8), sx, y.view(torch.uint8), sy, offs, out, cfg)
+            return out
+        return run
+    if p == "fprop":
+        (a, sa), (b, sb) = q[0], wq
+    else:  # dgrad: dO @ W on W's K-major copy, as mxfp8_grouped_mm_dgrad gets it in main
+        a, sa, b, sb = cb._dgrad_operands(*q[1], wqt[0].transpose(1, 2), wqt[1].transpose(1, 2))
+    cfg = cb.schedule_id(p, a.shape[0] / max(offs.shape[0], 1) / cb.GRAN, b.shape[1] / cb.GRAN)
+
+    def run():
+        out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
+        ext.grouped_rows(a.view(torch.uint8), sa, b.view(torch.uint8), sb, offs, out, cfg, 0)
+        return out
+    return run
 
 
 def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):

@@ -248,6 +248,15 @@ def load():
     return cached_build(_LOADED, (), _load)
 
 
+def load_variant(tag: str, defines) -> object:
+    """The extension built from the same sources with extra `defines` (e.g. ("-DTITAN_MX_RELEASE_LATE",)) under the
+    module name suffix `tag`, for timing kernel revisions side by side in one process (benchmarks). It registers
+    no op kernels (-DTITAN_MX_NO_OPS: the default build's are the ops); call its grouped_rows / grouped_red."""
+    defines = ("-DTITAN_MX_NO_OPS", *defines)
+    return cached_build(_LOADED, (tag, defines), lambda: build_extension(
+        "titan_fp8_cutlass_mx128", SRC_DIR, SOURCES, HEADERS, f"CUTLASS mx128 grouped GEMM ({tag})", defines, tag))
+
+
 def cached_build(cache: dict, key: tuple, build):
     """build() once per key and toolchain environment (CUTLASS_INCLUDE_DIR, CUDA_HOME); a CutlassUnavailable is
     cached and raised again, so "auto" callers do not retry a failed build on every call."""

@@ -45,6 +45,28 @@ def test_missing_nvcc_stops_the_build(monkeypatch, tmp_path):
         cb.load()
 
 
+def test_load_variant_builds_the_same_sources_without_ops(monkeypatch):
+    """A variant build (benchmarks time it beside the default build in one process) is the same sources under
+    another module name with its defines AND -DTITAN_MX_NO_OPS (a second registration of the ops' CUDA kernels
+    would fail the import); without headers / nvcc / a GPU it stops with the same one-line error as load()."""
+    seen = {}
+
+    def fake_build(name, src_dir, sources, headers, what, defines=(), tag=""):
+        seen.update(name=name, sources=tuple(sources), headers=tuple(headers), what=what, defines=tuple(defines),
+                    tag=tag)
+        return "ext"
+    monkeypatch.setattr(cb, "build_extension", fake_build)
+    monkeypatch.setattr(cb, "_LOADED", {})
+    assert cb.load_variant("late", ("-DTITAN_MX_RELEASE_LATE",)) == "ext"
+    assert seen["sources"] == cb.SOURCES and seen["headers"] == cb.HEADERS and seen["tag"] == "late"
+    assert seen["defines"] == ("-DTITAN_MX_NO_OPS", "-DTITAN_MX_RELEASE_LATE") and "late" in seen["what"]
+    monkeypatch.undo()
+    if not torch.cuda.is_available():
+        with pytest.raises(cb.CutlassUnavailable) as e:
+            cb.load_variant("late", ("-DTITAN_MX_RELEASE_LATE",))
+        _one_line(str(e.value))
+
+
 def _fprop_operands(block=128, tile=128, K=256, N=128):
     torch.manual_seed(0)
     x = torch.randn(70, K)

@@ -53,7 +53,8 @@ def ext():
 
 # (1024, 544): fprop with a partial last column tile (its dgrad would reduce over 544: not a CUTLASS shape);
 # (544, 1024): dgrad with a partial last column tile (its fprop would reduce over 544)
-@pytest.mark.parametrize("K,N", [(2048, 1408), (512, 2816), (1024, 544), (544, 1024)])
+# (128, 1408): fprop over one 128-deep k-block (the consumer loop's first block is also its last)
+@pytest.mark.parametrize("K,N", [(2048, 1408), (512, 2816), (1024, 544), (544, 1024), (128, 1408)])
 def test_fprop_dgrad_cutlass(ext, schedule, K, N):
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
     torch.manual_seed(0)
@@ -61,7 +62,7 @@ def test_fprop_dgrad_cutlass(ext, schedule, K, N):
     M = sum(AWKWARD) + PAD
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     x[-PAD:] = float("nan")          # padding rows: never read
-    x[40, 130] = float("inf")        # one 1x128 block of a real row (group 3): NaN scale -> NaN row
+    x[40, min(130, K - 1)] = float("inf")  # one 1x128 block of a real row (group 3): NaN scale -> NaN row
     x[200, :128] = 0                 # an all-zero block
     x[300, 128:256] *= 1e-30         # a subnormal-range block (own scale)
     w = torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02

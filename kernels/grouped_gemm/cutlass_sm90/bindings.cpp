@@ -320,12 +320,16 @@ void set_schedule_resolver(py::object fn) {
 
 }  // namespace
 
+// A build with -DTITAN_MX_NO_OPS (cutlass_backend.load_variant: another revision of the kernels, timed beside the
+// default build in one process) registers no op kernels: the default build's own are already there.
+#ifndef TITAN_MX_NO_OPS
 TORCH_LIBRARY_IMPL(titan_fp8, CUDA, m) {
   m.impl("mx128_grouped_mm_rows_cutlass", &rows_op);
   m.impl("mx128_grouped_mm_rows_into_cutlass", &rows_into_op);
   m.impl("mx128_grouped_mm_wgrad_cutlass", &red_op);
   m.impl("mx128_dgrad_in_parts_cutlass", &dgrad_in_parts_op);
 }
+#endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("grouped_rows", &grouped_rows, "mx128 grouped GEMM, groups along rows (fprop/dgrad), bf16 out");

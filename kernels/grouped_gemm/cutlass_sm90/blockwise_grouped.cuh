@@ -82,6 +82,101 @@ struct GmmaFP8Accumulation<cute::ArrayEngine<float, 96>, LayoutAccum> {
 
 namespace titan_mx {
 
+// CUTLASS 4.2's sm_90 blockwise consumer loop, per 128-deep k-block: issue the stage's wgmmas into a partial, wait
+// for all of them (warpgroup_wait<0>), release the PREVIOUS k-block's stage, then promote. The current stage is done
+// with at that wait too, yet it stays held until the next k-block's wait: each consumer warpgroup holds two of the
+// 4-5 stages, so the producer has only 2-3 loads in flight ahead of the math (sessions 19 / 21: the consumers find
+// about half the stages not yet loaded). ReleaseOnWaitMainloop is CUTLASS's collective with its own consumer loop
+// that hands each stage back right after the wait that finishes it (its scales are already in registers), so every
+// stage but the one being multiplied is the producer's. Everything else (loads, tensor maps, shared storage, the
+// promotion arithmetic: same bits) is the base collective's. Only the one-promotion-per-k-block case that these
+// kernels instantiate is written (A scaled per row; B per tile, or per 64 columns for the 128x192 tiles).
+// -DTITAN_MX_RELEASE_LATE builds CUTLASS's own loop instead (benchmarks time the two side by side).
+template <class Base>
+struct ReleaseOnWaitMainloop : Base {
+  using MainloopPipeline = typename Base::MainloopPipeline;
+  using PipelineState = typename Base::PipelineState;
+  using TensorStorage = typename Base::TensorStorage;
+  using Params = typename Base::Params;
+
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
+                          int thread_idx, TensorStorage& shared, Params const&) {
+    using namespace cute;
+    using TiledMma = typename Base::TiledMma;
+    using TileShape = typename Base::TileShape;
+    using Scale = typename Base::ElementBlockScale;
+    using LayoutSFA = typename Base::SmemLayoutSFA;  // (M scales, K blocks, stages)
+    using LayoutSFB = typename Base::SmemLayoutSFB;  // (N scales, K blocks, stages)
+    static_assert(Base::ScalePromotionInterval == 4, "written for one promotion per 128-deep k-block");
+    static_assert(Base::ScaleMsPerTile > 1, "written for A scaled per row");
+
+    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), typename Base::SmemLayoutA{});  // (M, K, stages)
+    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), typename Base::SmemLayoutB{});  // (N, K, stages)
+    // each operand's scales broadcast over the other operand's mode, so they partition like the output tile
+    Tensor sSFA = make_tensor(make_smem_ptr(shared.smem_SFA.data()),
+                              make_layout(make_shape(shape<0>(LayoutSFA{}), get<1>(TileShape{}),
+                                                     make_shape(shape<1>(LayoutSFA{}), shape<2>(LayoutSFA{}))),
+                                          make_stride(stride<0>(LayoutSFA{}), _0{},
+                                                      make_stride(stride<1>(LayoutSFA{}), stride<2>(LayoutSFA{})))));
+    Tensor sSFB = make_tensor(make_smem_ptr(shared.smem_SFB.data()),
+                              make_layout(make_shape(get<0>(TileShape{}), shape<0>(LayoutSFB{}),
+                                                     make_shape(shape<1>(LayoutSFB{}), shape<2>(LayoutSFB{}))),
+                                          make_stride(_0{}, stride<0>(LayoutSFB{}),
+                                                      make_stride(stride<1>(LayoutSFB{}), stride<2>(LayoutSFB{})))));
+
+    TiledMma tiled_mma;
+    constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+    int warp_group = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    auto wg_mma = tiled_mma.get_slice(make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{})(warp_group));
+    auto thr_mma = tiled_mma.get_slice(thread_idx);
+    Tensor tCsSFA = thr_mma.partition_C(sSFA);  // (MMA, MMA_M, MMA_N, (K blocks, stages))
+    Tensor tCsSFB = thr_mma.partition_C(sSFB);
+    Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // smem descriptors (MMA, MMA_M, MMA_K, stages)
+    Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));
+    Tensor tCrSFA = make_tensor_like<Scale>(tCsSFA(_, _, _, _0{}));
+    Tensor tCrSFB = make_tensor_like<Scale>(tCsSFB(_, _, _, _0{}));
+
+    cutlass::gemm::collective::GmmaFP8Accumulation accumulation(accum, Base::ScalePromotionInterval,
+                                                                 size<2>(tCrA));
+    warpgroup_fence_operand(accumulation());
+    auto token = pipeline.consumer_try_wait(read);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tiles > 0; --k_tiles) {
+      pipeline.consumer_wait(read, token);
+      int stage = read.index();
+      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
+      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
+      tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;  // the partial of this k-block starts from zero
+      warpgroup_fence_operand(accumulation());
+      warpgroup_arrive();
+      CUTLASS_PRAGMA_UNROLL
+      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+        cute::gemm(tiled_mma, tCrA(_, _, kb, stage), tCrB(_, _, kb, stage), accumulation());
+        tiled_mma.accumulate_ = GMMA::ScaleOut::One;
+      }
+      warpgroup_commit_batch();
+      warpgroup_fence_operand(accumulation());
+      if constexpr (Base::ScaleNsPerTile == 1) {
+        // one B scale per tile: fold it into A's row scales while the wgmmas run (partial * (sa * sb), as CUTLASS)
+        Scale sb = tCrSFB(_0{});
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(filter_zeros(tCrSFA)); ++i) filter_zeros(tCrSFA)(i) = filter_zeros(tCrSFA)(i) * sb;
+      }
+      warpgroup_wait<0>();
+      pipeline.consumer_release(read);  // this stage's wgmmas are done and its scales are in registers
+      ++read;
+      if (k_tiles > 1) token = pipeline.consumer_try_wait(read);
+      if constexpr (Base::ScaleNsPerTile == 1) accumulation.scale(tCrSFA);
+      else accumulation.scale(tCrSFA, tCrSFB);
+    }
+    warpgroup_fence_operand(accumulation());
+  }
+
+  // mma() released every stage it read; the base's tail would release the last one a second time
+  CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
+};
+
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
 
@@ -314,7 +409,7 @@ struct BlockwiseGrouped {
       EpiSchedule,
       cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
 
-  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using CutlassMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
       ElementA, cute::tuple<LayoutA*, LayoutSFA*>, kAlignAB,
       ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB,
@@ -322,6 +417,11 @@ struct BlockwiseGrouped {
       cutlass::gemm::collective::StageCountAutoCarveout<
           static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
       MainSchedule>::CollectiveOp;
+#ifdef TITAN_MX_RELEASE_LATE
+  using CollectiveMainloop = CutlassMainloop;
+#else
+  using CollectiveMainloop = ReleaseOnWaitMainloop<CutlassMainloop>;
+#endif
 
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<ProblemShape, CollectiveMainloop, CollectiveEpilogue>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
