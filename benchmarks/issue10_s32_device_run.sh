@@ -11,6 +11,8 @@
 #           fprop); kernel rows round-robin: bf16, fp8 rowwise, the default build, the variant (bits_equal: the
 #           two outputs identical), 3 shapes x 2 routings x fprop / dgrad / wgrad; OPS=1: then PART=2's op rows.
 #   PART=2: the whole op fwd+bwd (quantization included) on the default build beside bf16 and torchao fp8 rowwise.
+#   PART=3: the other tile shapes on the new loop (128x128 tiles: cooperative_lpt, 1x2 cluster; cooperative_2x1)
+#           beside the default 128x192 kernel, kernels only (call 5).
 # From the repo root:  run(command="bash benchmarks/issue10_s32_device_run.sh", carry=[".whl"], timeout_s=600)
 source benchmarks/device_env.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
@@ -42,4 +44,13 @@ if [ "${PART:-1}" = 1 ] && [ "${OPS:-0}" = 1 ]; then
 mkdir -p "$OUT/op"; OUT="$OUT/op" timeout $(( 595 - SECONDS )) python3 benchmarks/mxfp8_grouped_gemm_backends.py --ours "" --no-cublas --rounds 15 \
   --ops torchao_fp8_rowwise,op_mx128_cutlass > "$OUT/op.log" 2>&1
 echo "op rc=$? (${SECONDS}s)"; grep "fwd+bwd" "$OUT/op.log" | grep -v '^{' | cut -c1-120
+fi
+if [ "${PART:-1}" = 3 ]; then
+MAX_JOBS=16 timeout 420 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('built')" \
+  > "$OUT/build_cutlass.log" 2>&1
+echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
+timeout $(( 590 - SECONDS )) python3 benchmarks/mxfp8_grouped_gemm_backends.py --ours mx128_cutlass \
+  --cutlass-configs cooperative_lpt,cooperative_2x1 --no-cublas --no-op --rounds 15 > "$OUT/kernels.log" 2>&1
+echo "kernels rc=$? (${SECONDS}s)"; grep -E "error" "$OUT/kernels.log" | head -5
+grep -v '^{' "$OUT/kernels.log" | grep -E "mx128|cutlass" | cut -c1-110
 fi
