@@ -251,7 +251,16 @@ def load():
 def load_variant(tag: str, defines) -> object:
     """The extension built from the same sources with extra `defines` (e.g. ("-DTITAN_MX_RELEASE_LATE",)) under the
     module name suffix `tag`, for timing kernel revisions side by side in one process (benchmarks). It registers
-    no op kernels (-DTITAN_MX_NO_OPS: the default build's are the ops); call its grouped_rows / grouped_red."""
+    no op kernels (-DTITAN_MX_NO_OPS: the default build's are the ops); call its grouped_rows / grouped_red.
+    ValueError for a tag that cannot name a module or a define that is not -DNAME[=VALUE]."""
+    if not isinstance(tag, str) or not tag.isidentifier():
+        raise ValueError(f"load_variant: tag must be an identifier (it names the module), got {tag!r}")
+    if isinstance(defines, str):
+        raise ValueError(f"load_variant: defines must be a sequence of -DNAME[=VALUE] strings, got the string "
+                         f"{defines!r}")
+    bad = [d for d in defines if not (isinstance(d, str) and d.startswith("-D") and d[2:3].isidentifier())]
+    if bad:
+        raise ValueError(f"load_variant: defines must be -DNAME[=VALUE], got {bad!r}")
     defines = ("-DTITAN_MX_NO_OPS", *defines)
     return cached_build(_LOADED, (tag, defines), lambda: build_extension(
         "titan_fp8_cutlass_mx128", SRC_DIR, SOURCES, HEADERS, f"CUTLASS mx128 grouped GEMM ({tag})", defines, tag))

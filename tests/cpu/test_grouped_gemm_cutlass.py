@@ -60,6 +60,10 @@ def test_load_variant_builds_the_same_sources_without_ops(monkeypatch):
     assert cb.load_variant("late", ("-DTITAN_MX_RELEASE_LATE",)) == "ext"
     assert seen["sources"] == cb.SOURCES and seen["headers"] == cb.HEADERS and seen["tag"] == "late"
     assert seen["defines"] == ("-DTITAN_MX_NO_OPS", "-DTITAN_MX_RELEASE_LATE") and "late" in seen["what"]
+    for tag, defines, culprit in (("late-1", (), "tag"), ("late", "-DX", "defines"), ("late", ("X=1",), "X=1"),
+                                  ("late", ("-D1X",), "-D1X")):
+        with pytest.raises(ValueError, match=culprit):
+            cb.load_variant(tag, defines)
     monkeypatch.undo()
     if not torch.cuda.is_available():
         with pytest.raises(cb.CutlassUnavailable) as e:
