@@ -254,10 +254,11 @@ def main():
     variants = {}
     for spec in args.cutlass_variant:
         tag, _, defs = spec.partition("=")
-        if not tag.isidentifier() or not defs:
-            raise SystemExit(f"--cutlass-variant {spec!r}: expected TAG=DEFINE[,DEFINE]")
         from kernels.grouped_gemm.cutlass_backend import load_variant
-        variants[tag] = load_variant(tag, tuple(defs.split(",")))
+        try:  # load_variant checks the tag and the defines
+            variants[tag] = load_variant(tag, tuple(filter(None, defs.split(","))) or ("",))
+        except ValueError as e:
+            raise SystemExit(f"--cutlass-variant {spec!r} (expected TAG=DEFINE[,DEFINE]): {e}")
     ours = {}
     for v in filter(None, args.ours.split(",")):
         if v not in OURS:
