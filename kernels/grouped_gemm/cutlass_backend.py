@@ -35,11 +35,12 @@ import torch
 
 SRC_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cutlass_sm90")
 _KERNEL_ID = {"cooperative": 0, "pingpong": 1, "cooperative_2x1": 2, "cooperative_1x1": 3, "cooperative_lpt": 4,
-              "cooperative_n192_2x1": 5, "cooperative_lpt_n192_2x1": 6}
+              "cooperative_n256_2x1": 5, "cooperative_lpt_n256_2x1": 6}
 _KERNEL_TU = {"cooperative": "coop", "pingpong": "pp", "cooperative_2x1": "coop2x1", "cooperative_1x1": "coop1x1",
-              "cooperative_lpt": "cooplpt", "cooperative_n192_2x1": "coopn192x2",
-              "cooperative_lpt_n192_2x1": "cooplptn192x2"}
-_N192_IDS = (5, 6)  # kernels whose output tiles are 192 columns wide (the raster rule counts their tiles)
+              "cooperative_lpt": "cooplpt", "cooperative_n256_2x1": "coopn256x2",
+              "cooperative_lpt_n256_2x1": "cooplptn256x2"}
+_WIDE_IDS = (5, 6)  # kernels whose output tiles are WIDE_N columns wide (the raster rule counts their tiles)
+WIDE_N = 256
 SOURCES = ("bindings.cpp", "wt_tile_quant.cu") + tuple(f"blockwise_grouped_{dt}_{tu}.cu" for tu in _KERNEL_TU.values()
                                     for dt in ("bf16", "f32"))
 HEADERS = ("blockwise_grouped.cuh", "grouped_problem.h", "lpt_group_scheduler.h", "wt_tile_quant.h")
@@ -52,11 +53,11 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 #     "cooperative_lpt" = cooperative, cluster 1x2, with a dynamic tile scheduler (cutlass_sm90/
 #     lpt_group_scheduler.h): wgrad groups longest token count first, every tile after the first wave taken from
 #     a global ticket counter by the first cluster free, so one long expert no longer leaves a static share of
-#     long tiles on a few CTAs; "cooperative_n192_2x1" = cooperative with 128x192x128 tiles and a 2x1 cluster
-#     (weight tiles multicast to two row tiles; the tile and cluster DeepGEMM's sm_90 kernel picks at these
-#     shapes), same bits as the 128x128 kernels; "cooperative_lpt_n192_2x1" = those tiles and cluster with the
-#     dynamic scheduler of "cooperative_lpt" (its fp32-output build stores through 128x16 epilogue sub-tiles,
-#     which leave room for a fifth mainloop stage: wgrad +0.6-3.9%, session 22; grouped_problem.h);
+#     long tiles on a few CTAs; "cooperative_n256_2x1" = cooperative with 128x256x128 tiles (each k-block's
+#     partial formed one 128-column half at a time, so the registers are those of a 128x192 tile) and a 2x1
+#     cluster (weight tiles multicast to two row tiles), same bits as the 128x128 kernels;
+#     "cooperative_lpt_n256_2x1" = those tiles and cluster with the dynamic scheduler of "cooperative_lpt" (its
+#     fp32-output build stores through 128x16 epilogue sub-tiles; grouped_problem.h);
 #   along_m / along_n: the order in which the persistent scheduler walks a group's output tiles. Left out: along
 #     the dimension with FEWER tiles per group (along N when a group's output has more 128-row tiles than
 #     128-column tiles), so each wave of CTAs re-reads the smaller operand (the one the long side walks)
@@ -68,17 +69,14 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 # The configuration is read at call time (inside the ops, C++ and Python alike), so $TITAN_FP8_CUTLASS_SCHEDULE
 # also reaches graphs torch.compile already traced; it overrides SCHEDULES (see schedule_id). The C++ ops resolve
 # each new value of the variable once (schedules_for_env): change SCHEDULES before the first call, not after.
-# fprop/dgrad: 128x192 tiles with a 2x1 cluster, 1.05-1.07x the 128x128 cooperative kernel in all six (shape, pass)
-# cells at identical bits (benchmarks/results/issue10_n192_s19/NOTE.md, H100; 128x192 tiles with A multicast
-# instead: 0.96-1.06x).
-# wgrad: cooperative_lpt_n192_2x1, the same tiles with the dynamic scheduler, as a wgrad tile costs its group's
-# token count (uneven routing): 1.005-1.050x cooperative_lpt (128x128, 1x2) in all six (shape, routing) cells, and
-# up to 1.045x the static n192 kernel under skewed routing (benchmarks/results/issue10_lpt_n192_s20/, H100).
-# fprop/dgrad: the same kernel, +0.2-1.4% over the static order in 12 of 12 cells at 30 rounds (11 of 12 at 15;
-# issue10_lpt_n192_s20); bit for bit with it, the dgrad-in-parts op (row_start, zero tail) included (H100,
-# benchmarks/results/issue9_s21/).
-SCHEDULES = {"fprop": "cooperative_lpt_n192_2x1", "dgrad": "cooperative_lpt_n192_2x1",
-             "wgrad": "cooperative_lpt_n192_2x1"}
+# Every pass: cooperative_lpt_n256_2x1. History (H100): 128x192 tiles with a 2x1 cluster were 1.05-1.07x the
+# 128x128 cooperative kernel in all six fprop/dgrad cells at identical bits (benchmarks/results/issue10_n192_s19/);
+# with the dynamic scheduler, as a wgrad tile costs its group's token count, 1.005-1.050x cooperative_lpt in all
+# six wgrad cells and up to 1.045x the static order under skewed routing, +0.2-1.4% for fprop/dgrad
+# (issue10_lpt_n192_s20; bit for bit, the dgrad-in-parts op included: benchmarks/results/issue9_s21/); 128x256
+# tiles on those: 1.00-1.06x in 18 of 18 (shape, routing, pass) cells, same bits (issue10_s33/).
+SCHEDULES = {"fprop": "cooperative_lpt_n256_2x1", "dgrad": "cooperative_lpt_n256_2x1",
+             "wgrad": "cooperative_lpt_n256_2x1"}
 _ALONG_N_BIT = 1 << 4
 
 
@@ -104,8 +102,8 @@ def config_id(config: str, origin: str = "CUTLASS config", m_tiles: float = 0.0,
     """The int the extension takes (bindings.cpp launch(): bits 0-3 kernel, bit 4 along N, bits 8-11 log2 swizzle)
     for a configuration string and a call whose groups have about m_tiles x n_tiles output tiles."""
     bits, raster = _parse_config(config, origin)
-    if bits & 15 in _N192_IDS:  # callers count 128-column tiles (as bindings.cpp call_config does)
-        n_tiles *= 128.0 / 192.0
+    if bits & 15 in _WIDE_IDS:  # callers count 128-column tiles (as bindings.cpp call_config does)
+        n_tiles *= 128.0 / WIDE_N
     if raster == "n" or (raster == "auto" and m_tiles > n_tiles):
         bits |= _ALONG_N_BIT
     return bits

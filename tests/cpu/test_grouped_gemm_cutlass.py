@@ -204,11 +204,13 @@ def test_config_string_packs_kernel_raster_and_swizzle():
     assert cb.config_id("cooperative", m_tiles=64, n_tiles=16) == 16
     assert cb.config_id("cooperative", m_tiles=16, n_tiles=56) == 0
     assert cb.config_id("cooperative", m_tiles=32, n_tiles=32) == 0
-    # the n192 kernel's tiles are 1.5x as wide: callers count 128-column tiles, the rule counts the kernel's
-    assert cb.config_id("cooperative_n192_2x1") == 5
-    assert cb.config_id("cooperative_n192_2x1", m_tiles=40, n_tiles=48) == 5 | 16
-    assert cb.config_id("cooperative_lpt_n192_2x1", m_tiles=40, n_tiles=48) == 6 | 16
-    assert cb.config_id("cooperative_lpt_n192_2x1:along_m:swizzle=2", m_tiles=40, n_tiles=48) == 6 | (1 << 8)
+    # the wide kernels' tiles are 2x as wide: callers count 128-column tiles, the rule counts the kernel's
+    assert cb.config_id("cooperative_n256_2x1") == 5
+    assert cb.config_id("cooperative_n256_2x1", m_tiles=40, n_tiles=48) == 5 | 16
+    assert cb.config_id("cooperative_n256_2x1", m_tiles=30, n_tiles=48) == 5 | 16  # 24 wide tiles (192: 32)
+    assert cb.config_id("cooperative_n256_2x1", m_tiles=30, n_tiles=64) == 5
+    assert cb.config_id("cooperative_lpt_n256_2x1", m_tiles=40, n_tiles=48) == 6 | 16
+    assert cb.config_id("cooperative_lpt_n256_2x1:along_m:swizzle=2", m_tiles=40, n_tiles=48) == 6 | (1 << 8)
     assert cb.config_id("cooperative", m_tiles=40, n_tiles=48) == 0
     assert cb.config_id("cooperative:along_m", m_tiles=64, n_tiles=16) == 0
     assert cb.config_id("cooperative:along_n", m_tiles=16, n_tiles=56) == 16

@@ -36,9 +36,9 @@ def compare_with_nan(out, ref, tol):
 
 
 @pytest.fixture(params=["cooperative", "pingpong", "cooperative_2x1:along_n", "cooperative_1x1:swizzle=4",
-                        "cooperative_lpt", "cooperative_n192_2x1", "cooperative_n192_2x1:along_m",
-                        "cooperative_lpt_n192_2x1", "cooperative_lpt_n192_2x1:along_n",
-                        "cooperative_lpt_n192_2x1:along_m"])
+                        "cooperative_lpt", "cooperative_n256_2x1", "cooperative_n256_2x1:along_m",
+                        "cooperative_lpt_n256_2x1", "cooperative_lpt_n256_2x1:along_n",
+                        "cooperative_lpt_n256_2x1:along_m"])
 def schedule(request, monkeypatch):
     """Every CUTLASS kernel, and the scheduler options (kernels.grouped_gemm.cutlass_backend.SCHEDULES picks one per pass)."""
     monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", request.param)
@@ -287,11 +287,11 @@ def test_fused_dgrad_in_parts_equals_one_launch(ext, monkeypatch):
     dq, ds = to_mxfp8_blocked_rowcol(torch.randn(M, N, device="cuda", dtype=torch.bfloat16), row_block=128,
                                      do_col=False)[:2]
     wtd, wts = to_mxfp8_blocked_rowcol(w, col_block=128, col_tile=128, do_row=False)[2:]
-    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "dgrad=cooperative_n192_2x1")
+    monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", "dgrad=cooperative_n256_2x1")
     one = mxfp8_grouped_mm_dgrad(dq, ds, wtd.transpose(1, 2), wts.transpose(1, 2), offs, block=128, w_tile=128,
                                  validate=False, backend="cutlass")
     compiled = torch.compile(dgrad_in_parts, fullgraph=True)
-    for sched in ("cooperative_n192_2x1", "cooperative_lpt_n192_2x1", "cooperative_lpt_n192_2x1:along_m"):
+    for sched in ("cooperative_n256_2x1", "cooperative_lpt_n256_2x1", "cooperative_lpt_n256_2x1:along_m"):
         monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"dgrad={sched}")
         for parts in (2, 3):
             for f, how in ((dgrad_in_parts, "eager"), (compiled, "compiled")):
@@ -339,7 +339,7 @@ def test_wgrad_lpt_scheduler_matches_static_bit_for_bit(ext, monkeypatch):
     xt, xs = to_mxfp8_blocked(x.t(), -1, 128, 128)
     dt, ds = to_mxfp8_blocked(do.t(), -1, 128, 1)
     outs = {}
-    lpt = ("cooperative_lpt", "cooperative_lpt_n192_2x1:along_m", "cooperative_lpt_n192_2x1:along_n")
+    lpt = ("cooperative_lpt", "cooperative_lpt_n256_2x1:along_m", "cooperative_lpt_n256_2x1:along_n")
     for sched in ("cooperative",) + lpt:
         monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"wgrad={sched}")
         poison_allocator(len(sizes) * N * K * 2)
@@ -353,17 +353,19 @@ def test_wgrad_lpt_scheduler_matches_static_bit_for_bit(ext, monkeypatch):
     assert rel(outs["cooperative_lpt"][10], ref[10]) < TOL_BF16  # the long group on its own
 
 
-def test_n192_kernel_equals_128_wide_bit_for_bit(ext, monkeypatch):
-    """The 128x192 kernel promotes with the product of the two scales first (blockwise_grouped.cuh's accumulator
-    specialization), as the 128x128 kernels do, so every pass gives the same bits: scales over 2^-100..2^100 (where
-    (partial * sa) * sb would leave fp32's range), an output width that ends in a partial 192 tile (1000 = 5 x 192
-    + 40), awkward groups, padding rows."""
+@pytest.mark.parametrize("N", [1000, 1096])
+def test_wide_kernel_equals_128_wide_bit_for_bit(ext, monkeypatch, N):
+    """The 128x256 kernels form each k-block's partial one 128-column half at a time and promote with the product
+    of the two scales first (blockwise_grouped.cuh mma_halves), as the 128x128 kernels do, so every pass gives the
+    same bits: scales over 2^-100..2^100 (where (partial * sa) * sb would leave fp32's range), output widths that
+    end in a partial 256 tile whose second half is partly (1000 = 3 x 256 + 232) or wholly (1096 = 4 x 256 + 72)
+    past the edge, awkward groups, padding rows."""
     from kernels.grouped_gemm import mxfp8_grouped_mm_dgrad, mxfp8_grouped_mm_fprop, mxfp8_grouped_mm_wgrad
     from kernels.grouped_gemm.quant import to_mxfp8_blocked
     torch.manual_seed(11)
     sizes = [0, 1, 31, 33, 127, 129, 1000, 0, 2561]
     offs, E = offs_of(sizes), len(sizes)
-    M, K, N = sum(sizes) + PAD, 1024, 1000
+    M, K = sum(sizes) + PAD, 1024
     ramp = torch.logspace(-100, 100, K // 128, base=2.0, device="cuda").repeat_interleave(128)
     x = torch.randn(M, K, device="cuda") * ramp
     w = torch.randn(E, N, K, device="cuda") * ramp.flip(0) * 0.02
@@ -378,11 +380,11 @@ def test_n192_kernel_equals_128_wide_bit_for_bit(ext, monkeypatch):
     xt, xs = to_mxfp8_blocked((torch.randn(T, N, device="cuda") * 1e20).t(), -1, 128, 128)
     dt, dts = to_mxfp8_blocked((torch.randn(T, K, device="cuda") * 1e-20).t(), -1, 128, 1)
     outs = {}
-    runs = (("cooperative", "cooperative_lpt"), ("cooperative_n192_2x1", "cooperative_n192_2x1"),
-            ("cooperative_n192_2x1:along_m", "cooperative_lpt_n192_2x1:along_m"),
-            ("cooperative_n192_2x1:along_n", "cooperative_lpt_n192_2x1:along_n"),
-            ("cooperative_lpt_n192_2x1", "cooperative_lpt_n192_2x1"),
-            ("cooperative_lpt_n192_2x1:along_m", "cooperative_lpt"))
+    runs = (("cooperative", "cooperative_lpt"), ("cooperative_n256_2x1", "cooperative_n256_2x1"),
+            ("cooperative_n256_2x1:along_m", "cooperative_lpt_n256_2x1:along_m"),
+            ("cooperative_n256_2x1:along_n", "cooperative_lpt_n256_2x1:along_n"),
+            ("cooperative_lpt_n256_2x1", "cooperative_lpt_n256_2x1"),
+            ("cooperative_lpt_n256_2x1:along_m", "cooperative_lpt"))
     for wide, pair in runs:
         monkeypatch.setenv("TITAN_FP8_CUTLASS_SCHEDULE", f"fprop={wide};dgrad={wide};wgrad={pair}")
         poison_allocator(M * N * 2)

@@ -54,24 +54,24 @@ constexpr ScratchFn kScratch[titan_mx::kNumSchedules][2] = {
     {titan_mx::scratch_bytes_bf16_coop2x1, titan_mx::scratch_bytes_f32_coop2x1},
     {titan_mx::scratch_bytes_bf16_coop1x1, titan_mx::scratch_bytes_f32_coop1x1},
     {titan_mx::scratch_bytes_bf16_cooplpt, titan_mx::scratch_bytes_f32_cooplpt},
-    {titan_mx::scratch_bytes_bf16_coopn192x2, titan_mx::scratch_bytes_f32_coopn192x2},
-    {titan_mx::scratch_bytes_bf16_cooplptn192x2, titan_mx::scratch_bytes_f32_cooplptn192x2}};
+    {titan_mx::scratch_bytes_bf16_coopn256x2, titan_mx::scratch_bytes_f32_coopn256x2},
+    {titan_mx::scratch_bytes_bf16_cooplptn256x2, titan_mx::scratch_bytes_f32_cooplptn256x2}};
 constexpr RunFn kRun[titan_mx::kNumSchedules][2] = {
     {titan_mx::run_bf16_coop, titan_mx::run_f32_coop},
     {titan_mx::run_bf16_pp, titan_mx::run_f32_pp},
     {titan_mx::run_bf16_coop2x1, titan_mx::run_f32_coop2x1},
     {titan_mx::run_bf16_coop1x1, titan_mx::run_f32_coop1x1},
     {titan_mx::run_bf16_cooplpt, titan_mx::run_f32_cooplpt},
-    {titan_mx::run_bf16_coopn192x2, titan_mx::run_f32_coopn192x2},
-    {titan_mx::run_bf16_cooplptn192x2, titan_mx::run_f32_cooplptn192x2}};
+    {titan_mx::run_bf16_coopn256x2, titan_mx::run_f32_coopn256x2},
+    {titan_mx::run_bf16_cooplptn256x2, titan_mx::run_f32_cooplptn256x2}};
 // each row sits at its Schedule's index
 static_assert(kRun[titan_mx::kCooperative][0] == titan_mx::run_bf16_coop && kRun[titan_mx::kPingpong][0] ==
               titan_mx::run_bf16_pp && kRun[titan_mx::kCoop2x1][0] == titan_mx::run_bf16_coop2x1 &&
               kRun[titan_mx::kCoop1x1][0] == titan_mx::run_bf16_coop1x1 && kRun[titan_mx::kCoopLpt][1] ==
-              titan_mx::run_f32_cooplpt && kRun[titan_mx::kCoopN192x2][1] == titan_mx::run_f32_coopn192x2 &&
-              kScratch[titan_mx::kCoopN192x2][0] == titan_mx::scratch_bytes_bf16_coopn192x2 &&
-              kRun[titan_mx::kCoopLptN192x2][1] == titan_mx::run_f32_cooplptn192x2 &&
-              kScratch[titan_mx::kCoopLptN192x2][0] == titan_mx::scratch_bytes_bf16_cooplptn192x2,
+              titan_mx::run_f32_cooplpt && kRun[titan_mx::kCoopN256x2][1] == titan_mx::run_f32_coopn256x2 &&
+              kScratch[titan_mx::kCoopN256x2][0] == titan_mx::scratch_bytes_bf16_coopn256x2 &&
+              kRun[titan_mx::kCoopLptN256x2][1] == titan_mx::run_f32_cooplptn256x2 &&
+              kScratch[titan_mx::kCoopLptN256x2][0] == titan_mx::scratch_bytes_bf16_cooplptn256x2,
               "kScratch / kRun rows out of Schedule order");
 
 // config (kernels/grouped_gemm/cutlass_backend.py packs it): bits 0-3 the Schedule, bit 4 raster along N,
@@ -219,8 +219,8 @@ int64_t call_config(c10::string_view pass, double m_tiles, double n_tiles) {
     bits = b3[i];
     raster = r3[i];
   }
-  int64_t sched = bits & 15;  // the callers count 128-column tiles; the n192 kernels' tiles are 192 wide
-  if (titan_mx::is_n192(int(sched))) n_tiles *= 128.0 / 192.0;
+  int64_t sched = bits & 15;  // the callers count 128-column tiles; the wide kernels' tiles are kWideN wide
+  if (titan_mx::is_wide(int(sched))) n_tiles *= 128.0 / titan_mx::kWideN;
   if (raster == 2 || (raster == 0 && m_tiles > n_tiles)) bits |= 16;
   g_last_config = bits;
   return bits;

@@ -44,7 +44,7 @@
 
 #include "lpt_group_scheduler.h"
 
-// The promotion of the 128x192 tiles (kCoopN192x2, kCoopLptN192x2). With a row scale for A (1x128) and more than one
+// The promotion of the 128x192 tiles (the wide kernels built with -DTITAN_MX_WIDE_N=192). With a row scale for A (1x128) and more than one
 // column scale for B per tile, CUTLASS's mainloop promotes with accum += partial * sa * sb: an FMUL and an FFMA per
 // accumulator, and a rounding order, (partial * sa) * sb, that differs from the 128x128 kernels' partial * (sa * sb)
 // where partial * sa leaves fp32's range. This specialization of its accumulator helper, for the 96 fp32 values a
@@ -90,7 +90,8 @@ namespace titan_mx {
 // that hands each stage back right after the wait that finishes it (its scales are already in registers), so every
 // stage but the one being multiplied is the producer's. Everything else (loads, tensor maps, shared storage, the
 // promotion arithmetic: same bits) is the base collective's. Only the one-promotion-per-k-block case that these
-// kernels instantiate is written (A scaled per row; B per tile, or per 64 columns for the 128x192 tiles).
+// kernels instantiate is written (A scaled per row; B per tile, or per 64 columns for the 128x192 tiles); the
+// 128x256 tiles take mma_halves.
 // -DTITAN_MX_RELEASE_LATE builds CUTLASS's own loop instead (benchmarks time the two side by side).
 template <class Base>
 struct ReleaseOnWaitMainloop : Base {
@@ -102,6 +103,17 @@ struct ReleaseOnWaitMainloop : Base {
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
                           int thread_idx, TensorStorage& shared, Params const&) {
+    if constexpr (cute::size<1>(typename Base::TileShape{}) == 256) {
+      mma_halves(pipeline, read, accum, k_tiles, thread_idx, shared);
+    } else {
+      mma_whole(pipeline, read, accum, k_tiles, thread_idx, shared);
+    }
+  }
+
+  // Tiles up to 128x192: one partial the width of the tile per k-block.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma_whole(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
+                                int thread_idx, TensorStorage& shared) {
     using namespace cute;
     using TiledMma = typename Base::TiledMma;
     using TileShape = typename Base::TileShape;
@@ -171,6 +183,94 @@ struct ReleaseOnWaitMainloop : Base {
       else accumulation.scale(tCrSFA, tCrSFB);
     }
     warpgroup_fence_operand(accumulation());
+  }
+
+  // 128x256 tiles (the wide kernels' default): a warpgroup's 64x256 running sum is 128 fp32 registers a thread, and a partial
+  // of the same width would need 128 more (CUTLASS's loop, and the reason its tiles stop at 192). Here the partial
+  // of a k-block is formed one 128-column half at a time (m64n128 wgmmas into 64 registers, wait, promote into that
+  // half of the sum), so the registers are those of the 128x192 tiles (128 + 64 = 96 + 96). Each half holds exactly
+  // one 128x128 weight tile, so its B scale is one number; the promotion is partial * (sa * sb) as in the other
+  // kernels (same bits). The wgmma C fragments of m64n256 and of two m64n128 list their values in the same order
+  // (value pair, row half, 8-column chunk), so value i of half h's partial is value 64 h + i of the running sum.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma_halves(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
+                                 int thread_idx, TensorStorage& shared) {
+    using namespace cute;
+    using TiledMma = typename Base::TiledMma;
+    using TileShape = typename Base::TileShape;
+    using Scale = typename Base::ElementBlockScale;
+    using LayoutSFA = typename Base::SmemLayoutSFA;
+    using LayoutSFB = typename Base::SmemLayoutSFB;
+    static_assert(Base::ScalePromotionInterval == 4, "written for one promotion per 128-deep k-block");
+    static_assert(Base::ScaleMsPerTile > 1 && Base::ScaleNsPerTile == 2, "A scaled per row, B per 128x128 tile");
+    constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
+    static_assert(kWarpGroups == 2 && size<0>(TileShape{}) == 128, "two consumer warpgroups, 64 rows each");
+    using HalfMma = decltype(make_tiled_mma(
+        GMMA::ss_op_selector<typename Base::ElementA, typename Base::ElementB, float, Shape<_64, _128, _128>>(),
+        Layout<Shape<Int<kWarpGroups>, _1, _1>>{}));
+    static_assert(size(HalfMma{}) == size(TiledMma{}), "same threads as the kernel's MMA");
+
+    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), typename Base::SmemLayoutA{});  // (M, K, stages)
+    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), typename Base::SmemLayoutB{});  // (N, K, stages)
+    Tensor sSFA = make_tensor(make_smem_ptr(shared.smem_SFA.data()),
+                              make_layout(make_shape(shape<0>(LayoutSFA{}), get<1>(TileShape{}),
+                                                     make_shape(shape<1>(LayoutSFA{}), shape<2>(LayoutSFA{}))),
+                                          make_stride(stride<0>(LayoutSFA{}), _0{},
+                                                      make_stride(stride<1>(LayoutSFA{}), stride<2>(LayoutSFA{})))));
+    Tensor sSFB = make_tensor(make_smem_ptr(shared.smem_SFB.data()),
+                              make_layout(make_shape(get<0>(TileShape{}), shape<0>(LayoutSFB{}),
+                                                     make_shape(shape<1>(LayoutSFB{}), shape<2>(LayoutSFB{}))),
+                                          make_stride(_0{}, stride<0>(LayoutSFB{}),
+                                                      make_stride(stride<1>(LayoutSFB{}), stride<2>(LayoutSFB{})))));
+
+    TiledMma tiled_mma;  // the kernel's (m64n256) MMA: it lays out the running sum and the scales
+    HalfMma half_mma;
+    int warp_group = __shfl_sync(0xffffffff, thread_idx / cutlass::NumThreadsPerWarpGroup, 0);
+    auto wg_mma = half_mma.get_slice(make_layout(Int<kWarpGroups>{}, Int<cutlass::NumThreadsPerWarpGroup>{})(warp_group));
+    auto thr_mma = tiled_mma.get_slice(thread_idx);
+    Tensor tCsSFA = thr_mma.partition_C(sSFA);  // (MMA, MMA_M, MMA_N, (K blocks, stages)), like the running sum
+    Tensor tCsSFB = thr_mma.partition_C(sSFB);
+    Tensor tCrA = wg_mma.make_fragment_A(wg_mma.partition_A(sA));  // (MMA, 1, MMA_K, stages)
+    Tensor tCrB = wg_mma.make_fragment_B(wg_mma.partition_B(sB));  // (MMA, 2 halves, MMA_K, stages)
+    Tensor tCrSFA = make_tensor_like<Scale>(tCsSFA(_, _, _, _0{}));
+    Tensor tCrSFB = make_tensor_like<Scale>(tCsSFB(_, _, _, _0{}));
+    // a warpgroup's 64x128 partial: one m64n128 C fragment, 64 values a thread
+    Tensor partial = make_fragment_like(partition_fragment_C(half_mma, Shape<_128, _128>{})(_, _0{}, _0{}));
+    static_assert(decltype(size(partial))::value == 64 && decltype(size(accum))::value == 128,
+                  "the running sum is the two halves' partials side by side");
+
+    warpgroup_fence_operand(accum);
+    auto token = pipeline.consumer_try_wait(read);
+    CUTLASS_PRAGMA_NO_UNROLL
+    for (; k_tiles > 0; --k_tiles) {
+      pipeline.consumer_wait(read, token);
+      int stage = read.index();
+      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
+      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
+      CUTLASS_PRAGMA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        half_mma.accumulate_ = GMMA::ScaleOut::Zero;  // each half's partial starts from zero
+        warpgroup_fence_operand(partial);
+        warpgroup_arrive();
+        CUTLASS_PRAGMA_UNROLL
+        for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+          cute::gemm(half_mma, tCrA(_, _0{}, kb, stage), tCrB(_, h, kb, stage), partial);
+          half_mma.accumulate_ = GMMA::ScaleOut::One;
+        }
+        warpgroup_commit_batch();
+        warpgroup_fence_operand(partial);
+        warpgroup_wait<0>();
+        if (h == 1) {
+          pipeline.consumer_release(read);  // both halves' wgmmas are done and the scales are in registers
+          ++read;
+          if (k_tiles > 1) token = pipeline.consumer_try_wait(read);
+        }
+        Scale sb = tCrSFB(64 * h);  // the half's one weight tile
+        CUTLASS_PRAGMA_UNROLL
+        for (int i = 0; i < size(partial); ++i) accum(64 * h + i) += partial(i) * (tCrSFA(64 * h + i) * sb);
+      }
+    }
+    warpgroup_fence_operand(accum);
   }
 
   // mma() released every stage it read; the base's tail would release the last one a second time
@@ -368,7 +468,7 @@ __global__ void prep_kernel(GroupedProblem p, PrepGrid grid, float* sfa, float* 
 template <class ElementD, int Sched>
 struct BlockwiseGrouped {
   static constexpr bool kLpt = is_lpt(Sched);
-  static constexpr bool kN192 = is_n192(Sched);
+  static constexpr bool kWide = is_wide(Sched);
   // LptGroupProblemShape selects lpt_group_scheduler.h's dynamic scheduler; it is a GroupProblemShape otherwise
   using ProblemShape = cute::conditional_t<kLpt, LptGroupProblemShape,
                                            cutlass::gemm::GroupProblemShape<cute::Shape<int, int, int>>>;
@@ -382,27 +482,27 @@ struct BlockwiseGrouped {
   static constexpr bool kPP = Sched == kPingpong;
   using TileShape = cute::conditional_t<
       kPP, cute::Shape<cute::_64, cute::_128, cute::_128>,
-      cute::conditional_t<kN192, cute::Shape<cute::_128, cute::_192, cute::_128>,
+      cute::conditional_t<kWide, cute::Shape<cute::_128, cute::Int<kWideN>, cute::_128>,
                           cute::Shape<cute::_128, cute::_128, cute::_128>>>;
   using EpiSchedule = cute::conditional_t<kPP, cutlass::epilogue::PtrArrayTmaWarpSpecializedPingpong,
                                           cutlass::epilogue::PtrArrayTmaWarpSpecializedCooperative>;
   using MainSchedule = cute::conditional_t<kPP, cutlass::gemm::KernelPtrArrayTmaWarpSpecializedPingpongFP8Blockwise,
                                            cutlass::gemm::KernelPtrArrayTmaWarpSpecializedCooperativeFP8Blockwise>;
   using ClusterShape = cute::conditional_t<
-      Sched == kCoop2x1 || kN192, cute::Shape<cute::_2, cute::_1, cute::_1>,
+      Sched == kCoop2x1 || kWide, cute::Shape<cute::_2, cute::_1, cute::_1>,
       cute::conditional_t<Sched == kCoop1x1, cute::Shape<cute::_1, cute::_1, cute::_1>,
                           cute::Shape<cute::_1, cute::_2, cute::_1>>>;
-  // SFB's column granularity: 128 (one scale per 128x128 weight tile) where the tile is 128 wide; a 192-wide tile
-  // straddles two weight tiles, so it reads the same scales at 64 columns (three per tile)
-  static constexpr int kSfbGranN = kN192 ? 64 : 128;
+  // SFB's column granularity: 128 (one scale per 128x128 weight tile) where the tile is 128 or 256 wide; a 192-wide
+  // tile straddles two weight tiles, so it reads the same scales at 64 columns (three per tile)
+  static constexpr int kSfbGranN = kWide && kWideN == 192 ? 64 : 128;
   using ScaleConfig = cutlass::detail::Sm90BlockwiseScaleConfig<1, kSfbGranN, 128>;  // MN-major SFA / SFB
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      // (kCoopLptN192x2 with fp32 output: 128x16 sub-tiles, room for a fifth mainloop stage; grouped_problem.h)
-      cute::conditional_t<Sched == kCoopLptN192x2 && cute::is_same_v<ElementD, float>,
+      // (kCoopLptN256x2 with fp32 output: 128x16 sub-tiles, room for a fifth mainloop stage; grouped_problem.h)
+      cute::conditional_t<Sched == kCoopLptN256x2 && cute::is_same_v<ElementD, float>,
                           cute::Shape<cute::_128, cute::_16>, cutlass::epilogue::collective::EpilogueTileAuto>,
       float, float,
       void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,

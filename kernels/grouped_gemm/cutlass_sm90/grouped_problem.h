@@ -47,30 +47,38 @@ struct GroupedProblem {
 //   kCoopLpt      cooperative, cluster 1x2, dynamic tile scheduler (lpt_group_scheduler.h): groups longest
 //                 reduction first (kRed), tiles after the first wave from a global ticket counter; for wgrad,
 //                 where a tile costs its group's token count
-//   kCoopN192x2   cooperative, 128x192x128 tiles, cluster 2x1 (B multicast): each weight tile a CTA loads serves
-//                 192 output columns, and one load feeds two row tiles: 28 KB per CTA per 128-deep step for 2 x 1.5
-//                 the FLOPs of a 128x128 tile with A multicast (24 KB); DeepGEMM's sm_90 choice at our shapes. B's
-//                 scales are read at 64-column granularity (a tile straddles two 128x128 weight tiles). Measured
-//                 and dropped (benchmarks/results/issue10_n192_s19/): 128x192 with A multicast (1x2), 0.92-1.06x
-//                 the 128x128 kernel; its cooperative_lpt twin for wgrad, 0.91-1.07x
-//   kCoopLptN192x2 kCoopN192x2's tiles and 2x1 cluster with kCoopLpt's dynamic scheduler, for wgrad (the
-//                 scheduler needs the two CTAs of a cluster on consecutive linear tile indices, which CUTLASS's grid
-//                 gives for a 2x1 cluster under both raster orders, as for 1x2). Its fp32-output build stores
-//                 through 128x16 epilogue sub-tiles instead of CUTLASS's automatic 128x32: the epilogue buffer
-//                 halves (34 -> 17 KB), which makes room for a fifth mainloop stage (4 -> 5; 226 KB, as the
-//                 bf16-output kernels have with 128x32). Same bits; wgrad +0.6 to +3.9% in all six cells of issue
-//                 10's benchmark (H100, session 22). The bf16-output kernels keep 128x32: with 128x16 they ran
-//                 3-9% slower (fprop/dgrad, same run)
-// Larger tiles do not fit: the blockwise mainloop keeps two fp32 accumulators (the running sum and the partial of
-// the current 128 of the reduction), so a 64x256 or 128x128 tile per warpgroup needs 256 registers a thread
-// (64x192: 192).
+//   kCoopN256x2   cooperative, 128x256x128 tiles, cluster 2x1 (B multicast: one weight-tile load feeds two row
+//                 tiles), 4 mainloop stages. CUTLASS's loop keeps two fp32 accumulators the width of the tile (the
+//                 running sum and the partial of the current 128 of the reduction), so a 64x256 tile per
+//                 warpgroup would need 256 registers a thread; our loop (blockwise_grouped.cuh mma_halves) forms
+//                 the partial one 128-column half at a time (128 + 64 registers) and each half holds one 128x128
+//                 weight tile (one B scale). Every expert width here is a multiple of 256 (2048, 2816, 4096, 7168:
+//                 no padded column tiles, against 1.8-3.1% with 192) and each CTA reads 32 KB per 128-deep step for
+//                 1.33x a 128x192 tile's FLOPs (28 KB). Same bits as the 128x128 and 128x192 kernels; 1.00-1.06x the
+//                 128x192 tiles (session 33, benchmarks/results/issue10_s33/; -DTITAN_MX_WIDE_N=192 builds those for
+//                 A/B: 128x192x128, 5 stages, B scales read per 64 columns as a tile straddles two weight tiles).
+//                 Measured and dropped: 128x192 with A multicast (1x2), 0.92-1.06x the 128x128 kernel
+//                 (benchmarks/results/issue10_n192_s19/)
+//   kCoopLptN256x2 kCoopN256x2's tiles and 2x1 cluster with kCoopLpt's dynamic scheduler (the scheduler needs the
+//                 two CTAs of a cluster on consecutive linear tile indices, which CUTLASS's grid gives for a 2x1
+//                 cluster under both raster orders, as for 1x2); the default for every pass. Its fp32-output build
+//                 stores through 128x16 epilogue sub-tiles instead of CUTLASS's automatic 128x32 (session 22, on
+//                 the 128x192 tiles: the smaller buffer made room for a fifth stage, wgrad +0.6 to +3.9%; the
+//                 bf16-output kernels keep 128x32: with 128x16 they ran 3-9% slower)
 enum Schedule : int {
-  kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4, kCoopN192x2 = 5, kCoopLptN192x2 = 6
+  kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4, kCoopN256x2 = 5, kCoopLptN256x2 = 6
 };
 constexpr int kNumSchedules = 7;
-// the kernels whose output tiles are 192 columns wide, and those on lpt_group_scheduler.h's dynamic scheduler
-constexpr bool is_n192(int s) { return s == kCoopN192x2 || s == kCoopLptN192x2; }
-constexpr bool is_lpt(int s) { return s == kCoopLpt || s == kCoopLptN192x2; }
+// The wide kernels' output tile width. -DTITAN_MX_WIDE_N=192 builds the 128x192 tiles of sessions 19-32 instead
+// (CUTLASS's own loop shape; benchmarks time the two side by side through cutlass_backend.load_variant).
+#ifndef TITAN_MX_WIDE_N
+#define TITAN_MX_WIDE_N 256
+#endif
+static_assert(TITAN_MX_WIDE_N == 256 || TITAN_MX_WIDE_N == 192, "TITAN_MX_WIDE_N: 256 or 192");
+constexpr int kWideN = TITAN_MX_WIDE_N;
+// the kernels whose output tiles are 256 columns wide, and those on lpt_group_scheduler.h's dynamic scheduler
+constexpr bool is_wide(int s) { return s == kCoopN256x2 || s == kCoopLptN256x2; }
+constexpr bool is_lpt(int s) { return s == kCoopLpt || s == kCoopLptN256x2; }
 
 #define TITAN_MX_DECLARE(DT, SCHED)                                                                   \
   size_t scratch_bytes_##DT##_##SCHED(const GroupedProblem& p, int sm_count);                         \
@@ -81,8 +89,8 @@ TITAN_MX_DECLARE(bf16, pp) TITAN_MX_DECLARE(f32, pp)
 TITAN_MX_DECLARE(bf16, coop2x1) TITAN_MX_DECLARE(f32, coop2x1)
 TITAN_MX_DECLARE(bf16, coop1x1) TITAN_MX_DECLARE(f32, coop1x1)
 TITAN_MX_DECLARE(bf16, cooplpt) TITAN_MX_DECLARE(f32, cooplpt)
-TITAN_MX_DECLARE(bf16, coopn192x2) TITAN_MX_DECLARE(f32, coopn192x2)
-TITAN_MX_DECLARE(bf16, cooplptn192x2) TITAN_MX_DECLARE(f32, cooplptn192x2)
+TITAN_MX_DECLARE(bf16, coopn256x2) TITAN_MX_DECLARE(f32, coopn256x2)
+TITAN_MX_DECLARE(bf16, cooplptn256x2) TITAN_MX_DECLARE(f32, cooplptn256x2)
 #undef TITAN_MX_DECLARE
 
 }  // namespace titan_mx

@@ -1,4 +1,0 @@
-// bf16 output, the cooperative_lpt_n192_2x1 kernel (grouped_problem.h); one pair per translation unit.
-#include "blockwise_grouped.cuh"
-
-TITAN_MX_INSTANTIATE(bf16, cutlass::bfloat16_t, cooplptn192x2, titan_mx::kCoopLptN192x2)

@@ -1,4 +1,0 @@
-// fp32 output, the cooperative_n192_2x1 kernel (grouped_problem.h); one pair per translation unit.
-#include "blockwise_grouped.cuh"
-
-TITAN_MX_INSTANTIATE(f32, float, coopn192x2, titan_mx::kCoopN192x2)
