@@ -10,12 +10,14 @@
 #           (clocks not locked) of the default and the variant on NCU_CELLS (PASS:SHAPE ...).
 #   PART=2: both builds; GPU tests of every CUTLASS kernel against float64; ncu of both on NCU_CELLS.
 #   PART=3: the whole op fwd+bwd (quantization included) on the default build beside bf16 and torchao fp8 rowwise.
+# Call 5 ran PART=1 with VARIANT=e3=-DTITAN_MX_EPI_STAGES=3 (three epilogue output buffers instead of CUTLASS's two,
+# through a rebuilt CollectiveEpilogue type): 0.975-1.064x, slower in 11 of 12 fprop/dgrad cells; that code is gone.
 # From the repo root:  run(command="PART=2 bash benchmarks/issue10_s33_device_run.sh", carry=[".whl"], timeout_s=600)
 source benchmarks/device_env.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 VARIANT=${VARIANT:-w192=-DTITAN_MX_WIDE_N=192}
 TAG=${VARIANT%%=*}
-NCU_CELLS=${NCU_CELLS:-fprop:dsv3_down fprop:dsv3_up}
+NCU_CELLS=${NCU_CELLS-fprop:dsv3_down fprop:dsv3_up}  # set empty: no ncu
 ncu_cells() {
   mkdir -p "$OUT/ncu"
   for cell in $NCU_CELLS; do
