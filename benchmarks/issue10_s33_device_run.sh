@@ -7,11 +7,16 @@
 # One call on one GPU:
 #   PART=1: both builds (in parallel); kernel rows round-robin: bf16, fp8 rowwise, the default build, the variant
 #           (bits_equal: the two outputs identical), 3 shapes x 2 routings x fprop / dgrad / wgrad; then ncu
-#           (clocks not locked) of the default and the variant on NCU_CELLS (PASS:SHAPE ...).
+#           (clocks not locked) of the default and the variant on NCU_CELLS (PASS:SHAPE ...). CONFIGS=a,b: also
+#           the default build under those kernel configurations (--cutlass-configs, e.g. raster / swizzle).
 #   PART=2: both builds; GPU tests of every CUTLASS kernel against float64; ncu of both on NCU_CELLS.
 #   PART=3: the whole op fwd+bwd (quantization included) on the default build beside bf16 and torchao fp8 rowwise.
 # Call 5 ran PART=1 with VARIANT=e3=-DTITAN_MX_EPI_STAGES=3 (three epilogue output buffers instead of CUTLASS's two,
 # through a rebuilt CollectiveEpilogue type): 0.975-1.064x, slower in 11 of 12 fprop/dgrad cells; that code is gone.
+# Call 7: VARIANT=ew=-DTITAN_MX_EPI_WIDE (128x64 sub-tiles in one 16 KB buffer: half the epilogue barriers) with
+# CONFIGS=cooperative_lpt_n256_2x1:swizzle=2,cooperative_lpt_n256_2x1:swizzle=4,cooperative_lpt_n256_2x1:along_m,
+# cooperative_lpt_n256_2x1:along_n NCU_CELLS="": the variant 0.969-0.994x for fprop/dgrad (code gone); the raster
+# and swizzle options within 1% of the default (geometric means 0.993-1.003).
 # From the repo root:  run(command="PART=2 bash benchmarks/issue10_s33_device_run.sh", carry=[".whl"], timeout_s=600)
 source benchmarks/device_env.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
@@ -54,7 +59,8 @@ wait; echo "builds (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log") / $(tail -
 fi
 if [ "${PART:-1}" = 1 ]; then
 timeout $(( 470 - SECONDS )) python3 benchmarks/mxfp8_grouped_gemm_backends.py --ours mx128_cutlass \
-  --cutlass-variant $VARIANT --no-cublas --no-op --rounds ${ROUNDS:-15} > "$OUT/kernels.log" 2>&1
+  --cutlass-variant $VARIANT ${CONFIGS:+--cutlass-configs $CONFIGS} --no-cublas --no-op --rounds ${ROUNDS:-15} \
+  > "$OUT/kernels.log" 2>&1
 echo "kernels rc=$? (${SECONDS}s)"; grep -E "error|bits_equal\": false" "$OUT/kernels.log" | head -5
 grep -c 'bits_equal": true' "$OUT/kernels.log"
 grep -v '^{' "$OUT/kernels.log" | grep -E "fprop|dgrad|wgrad" | cut -c1-110
