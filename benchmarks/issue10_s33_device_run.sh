@@ -11,6 +11,7 @@
 #           the default build under those kernel configurations (--cutlass-configs, e.g. raster / swizzle).
 #   PART=2: both builds; GPU tests of every CUTLASS kernel against float64; ncu of both on NCU_CELLS.
 #   PART=3: the whole op fwd+bwd (quantization included) on the default build beside bf16 and torchao fp8 rowwise.
+#   PART=4: the GPU tests of the expert op, the gathered MXFP8 weights, the grouped GEMMs and the MXFP8 Linears.
 # Call 5 ran PART=1 with VARIANT=e3=-DTITAN_MX_EPI_STAGES=3 (three epilogue output buffers instead of CUTLASS's two,
 # through a rebuilt CollectiveEpilogue type): 0.975-1.064x, slower in 11 of 12 fprop/dgrad cells; that code is gone.
 # Call 7: VARIANT=ew=-DTITAN_MX_EPI_WIDE (128x64 sub-tiles in one 16 KB buffer: half the epilogue barriers) with
@@ -78,4 +79,14 @@ echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
 timeout $(( 590 - SECONDS )) python3 benchmarks/mxfp8_grouped_gemm_backends.py --ours "" --no-cublas --rounds 15 \
   --ops torchao_fp8_rowwise,op_mx128_cutlass > "$OUT/op.log" 2>&1
 echo "op rc=$? (${SECONDS}s)"; grep "fwd+bwd" "$OUT/op.log" | grep -v '^{' | cut -c1-120
+fi
+if [ "${PART:-1}" = 4 ]; then
+# the GPU tests of the paths that call the CUTLASS kernels through backend "auto" / the expert op (call 8)
+MAX_JOBS=16 timeout 300 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('built')" \
+  > "$OUT/build_cutlass.log" 2>&1
+echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
+timeout $(( 585 - SECONDS )) python3 -m pytest -q -p no:cacheprovider tests/gpu/test_float8_moe_fused_gpu.py \
+  tests/gpu/test_float8_mxfp8_gathered_gpu.py tests/gpu/test_grouped_gemm_gpu.py tests/gpu/test_float8_mx32_linear_gpu.py \
+  tests/gpu/test_float8_mx128_linear_gpu.py > "$OUT/pytest_paths.log" 2>&1
+echo "pytest rc=$? (${SECONDS}s): $(tail -1 "$OUT/pytest_paths.log")"; grep -E "^FAILED|^ERROR" "$OUT/pytest_paths.log" | head
 fi
