@@ -24,6 +24,10 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noh
 VARIANT=${VARIANT:-w192=-DTITAN_MX_WIDE_N=192}
 TAG=${VARIANT%%=*}
 NCU_CELLS=${NCU_CELLS-fprop:dsv3_down fprop:dsv3_up}  # set empty: no ncu
+build_default() {
+  MAX_JOBS=16 timeout 420 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('built')" \
+    > "$OUT/build_cutlass.log" 2>&1
+}
 ncu_cells() {
   mkdir -p "$OUT/ncu"
   for cell in $NCU_CELLS; do
@@ -52,8 +56,7 @@ PY
   tar -czf "$OUT/ncu.tgz" -C "$OUT" ncu && rm -rf "$OUT/ncu"
 }
 if [ "${PART:-1}" = 1 ] || [ "${PART:-1}" = 2 ]; then
-MAX_JOBS=16 timeout 420 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('built')" \
-  > "$OUT/build_cutlass.log" 2>&1 &
+build_default &
 MAX_JOBS=16 timeout 420 python3 -c "from kernels.grouped_gemm import cutlass_backend as c
 c.load_variant('$TAG', tuple('${VARIANT#*=}'.split(','))); print('built')" > "$OUT/build_$TAG.log" 2>&1 &
 wait; echo "builds (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log") / $(tail -1 "$OUT/build_$TAG.log")"
@@ -72,19 +75,12 @@ timeout 300 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_grouped_gemm
 echo "pytest rc=$? (${SECONDS}s): $(tail -1 "$OUT/pytest.log")"; grep -E "^FAILED|^ERROR" "$OUT/pytest.log" | head
 ncu_cells
 fi
-if [ "${PART:-1}" = 3 ]; then
-MAX_JOBS=16 timeout 420 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('built')" \
-  > "$OUT/build_cutlass.log" 2>&1
-echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
-timeout $(( 590 - SECONDS )) python3 benchmarks/mxfp8_grouped_gemm_backends.py --ours "" --no-cublas --rounds 15 \
-  --ops torchao_fp8_rowwise,op_mx128_cutlass > "$OUT/op.log" 2>&1
-echo "op rc=$? (${SECONDS}s)"; grep "fwd+bwd" "$OUT/op.log" | grep -v '^{' | cut -c1-120
+if [ "${PART:-1}" = 3 ]; then  # session 32's op part, on this tree's kernels
+  PART=2 bash benchmarks/issue10_s32_device_run.sh
 fi
 if [ "${PART:-1}" = 4 ]; then
 # the GPU tests of the paths that call the CUTLASS kernels through backend "auto" / the expert op (call 8)
-MAX_JOBS=16 timeout 300 python3 -c "from kernels.grouped_gemm import cutlass_backend as c; c.load(); print('built')" \
-  > "$OUT/build_cutlass.log" 2>&1
-echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
+build_default; echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
 timeout $(( 585 - SECONDS )) python3 -m pytest -q -p no:cacheprovider tests/gpu/test_float8_moe_fused_gpu.py \
   tests/gpu/test_float8_mxfp8_gathered_gpu.py tests/gpu/test_grouped_gemm_gpu.py tests/gpu/test_float8_mx32_linear_gpu.py \
   tests/gpu/test_float8_mx128_linear_gpu.py > "$OUT/pytest_paths.log" 2>&1

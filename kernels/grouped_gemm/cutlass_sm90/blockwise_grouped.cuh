@@ -99,6 +99,11 @@ struct ReleaseOnWaitMainloop : Base {
   using PipelineState = typename Base::PipelineState;
   using TensorStorage = typename Base::TensorStorage;
   using Params = typename Base::Params;
+  using TiledMma = typename Base::TiledMma;
+  using TileShape = typename Base::TileShape;
+  using Scale = typename Base::ElementBlockScale;
+  static_assert(Base::ScalePromotionInterval == 4, "written for one promotion per 128-deep k-block");
+  static_assert(Base::ScaleMsPerTile > 1, "written for A scaled per row");
 
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
@@ -110,22 +115,14 @@ struct ReleaseOnWaitMainloop : Base {
     }
   }
 
-  // Tiles up to 128x192: one partial the width of the tile per k-block.
-  template <class FrgTensorC>
-  CUTLASS_DEVICE void mma_whole(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
-                                int thread_idx, TensorStorage& shared) {
+  // The stage ring's operands, (M, K, stages) and (N, K, stages), and each operand's scales as a tensor over the
+  // output tile: broadcast over the other operand's mode, so they partition like the running sum.
+  CUTLASS_DEVICE static auto smem_tensors(TensorStorage& shared) {
     using namespace cute;
-    using TiledMma = typename Base::TiledMma;
-    using TileShape = typename Base::TileShape;
-    using Scale = typename Base::ElementBlockScale;
     using LayoutSFA = typename Base::SmemLayoutSFA;  // (M scales, K blocks, stages)
     using LayoutSFB = typename Base::SmemLayoutSFB;  // (N scales, K blocks, stages)
-    static_assert(Base::ScalePromotionInterval == 4, "written for one promotion per 128-deep k-block");
-    static_assert(Base::ScaleMsPerTile > 1, "written for A scaled per row");
-
-    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), typename Base::SmemLayoutA{});  // (M, K, stages)
-    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), typename Base::SmemLayoutB{});  // (N, K, stages)
-    // each operand's scales broadcast over the other operand's mode, so they partition like the output tile
+    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), typename Base::SmemLayoutA{});
+    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), typename Base::SmemLayoutB{});
     Tensor sSFA = make_tensor(make_smem_ptr(shared.smem_SFA.data()),
                               make_layout(make_shape(shape<0>(LayoutSFA{}), get<1>(TileShape{}),
                                                      make_shape(shape<1>(LayoutSFA{}), shape<2>(LayoutSFA{}))),
@@ -136,6 +133,15 @@ struct ReleaseOnWaitMainloop : Base {
                                                      make_shape(shape<1>(LayoutSFB{}), shape<2>(LayoutSFB{}))),
                                           make_stride(_0{}, stride<0>(LayoutSFB{}),
                                                       make_stride(stride<1>(LayoutSFB{}), stride<2>(LayoutSFB{})))));
+    return make_tuple(sA, sB, sSFA, sSFB);
+  }
+
+  // Tiles up to 128x192: one partial the width of the tile per k-block.
+  template <class FrgTensorC>
+  CUTLASS_DEVICE void mma_whole(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
+                                int thread_idx, TensorStorage& shared) {
+    using namespace cute;
+    auto [sA, sB, sSFA, sSFB] = smem_tensors(shared);
 
     TiledMma tiled_mma;
     constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
@@ -196,13 +202,7 @@ struct ReleaseOnWaitMainloop : Base {
   CUTLASS_DEVICE void mma_halves(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
                                  int thread_idx, TensorStorage& shared) {
     using namespace cute;
-    using TiledMma = typename Base::TiledMma;
-    using TileShape = typename Base::TileShape;
-    using Scale = typename Base::ElementBlockScale;
-    using LayoutSFA = typename Base::SmemLayoutSFA;
-    using LayoutSFB = typename Base::SmemLayoutSFB;
-    static_assert(Base::ScalePromotionInterval == 4, "written for one promotion per 128-deep k-block");
-    static_assert(Base::ScaleMsPerTile > 1 && Base::ScaleNsPerTile == 2, "A scaled per row, B per 128x128 tile");
+    static_assert(Base::ScaleNsPerTile == 2, "B scaled per 128x128 tile: one scale per half");
     constexpr int kWarpGroups = size(TiledMma{}) / cutlass::NumThreadsPerWarpGroup;
     static_assert(kWarpGroups == 2 && size<0>(TileShape{}) == 128, "two consumer warpgroups, 64 rows each");
     using HalfMma = decltype(make_tiled_mma(
@@ -210,18 +210,7 @@ struct ReleaseOnWaitMainloop : Base {
         Layout<Shape<Int<kWarpGroups>, _1, _1>>{}));
     static_assert(size(HalfMma{}) == size(TiledMma{}), "same threads as the kernel's MMA");
 
-    Tensor sA = make_tensor(make_smem_ptr(shared.smem_A.data()), typename Base::SmemLayoutA{});  // (M, K, stages)
-    Tensor sB = make_tensor(make_smem_ptr(shared.smem_B.data()), typename Base::SmemLayoutB{});  // (N, K, stages)
-    Tensor sSFA = make_tensor(make_smem_ptr(shared.smem_SFA.data()),
-                              make_layout(make_shape(shape<0>(LayoutSFA{}), get<1>(TileShape{}),
-                                                     make_shape(shape<1>(LayoutSFA{}), shape<2>(LayoutSFA{}))),
-                                          make_stride(stride<0>(LayoutSFA{}), _0{},
-                                                      make_stride(stride<1>(LayoutSFA{}), stride<2>(LayoutSFA{})))));
-    Tensor sSFB = make_tensor(make_smem_ptr(shared.smem_SFB.data()),
-                              make_layout(make_shape(get<0>(TileShape{}), shape<0>(LayoutSFB{}),
-                                                     make_shape(shape<1>(LayoutSFB{}), shape<2>(LayoutSFB{}))),
-                                          make_stride(_0{}, stride<0>(LayoutSFB{}),
-                                                      make_stride(stride<1>(LayoutSFB{}), stride<2>(LayoutSFB{})))));
+    auto [sA, sB, sSFA, sSFB] = smem_tensors(shared);
 
     TiledMma tiled_mma;  // the kernel's (m64n256) MMA: it lays out the running sum and the scales
     HalfMma half_mma;
