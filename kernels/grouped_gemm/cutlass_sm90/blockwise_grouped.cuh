@@ -44,14 +44,14 @@
 
 #include "lpt_group_scheduler.h"
 
-// The promotion of the 128x192 tiles (the wide kernels built with -DTITAN_MX_WIDE_N=192). With a row scale for A (1x128) and more than one
-// column scale for B per tile, CUTLASS's mainloop promotes with accum += partial * sa * sb: an FMUL and an FFMA per
-// accumulator, and a rounding order, (partial * sa) * sb, that differs from the 128x128 kernels' partial * (sa * sb)
-// where partial * sa leaves fp32's range. This specialization of its accumulator helper, for the 96 fp32 values a
-// thread holds of a 128x192 tile (2 consumer warpgroups, m64n192 each), forms the products of the scales first: two
-// rows x three column blocks = six FMULs a thread that the compiler shares over the 96 FFMAs, and the same bits as
-// the 128x128 kernels. The mainloop calls only scale(sa, sb) when the promotion interval is one 128-deep block (our
-// case; other members are left out on purpose, so any other use fails to compile).
+// The promotion of the 128x192 tiles (the wide kernels built with -DTITAN_MX_WIDE_N=192). With a row scale for A
+// (1x128) and more than one column scale for B per tile, CUTLASS's mainloop promotes with accum += partial * sa * sb:
+// an FMUL and an FFMA per accumulator, and a rounding order, (partial * sa) * sb, that differs from the 128x128
+// kernels' partial * (sa * sb) where partial * sa leaves fp32's range. This specialization of its accumulator helper,
+// for the 96 fp32 values a thread holds of a 128x192 tile (2 consumer warpgroups, m64n192 each), forms the products of
+// the scales first: two rows x three column blocks = six FMULs a thread that the compiler shares over the 96 FFMAs, and
+// the same bits as the 128x128 kernels. The mainloop calls only scale(sa, sb) when the promotion interval is one
+// 128-deep block (our case; other members are left out on purpose, so any other use fails to compile).
 namespace cutlass::gemm::collective {
 template <class LayoutAccum>
 struct GmmaFP8Accumulation<cute::ArrayEngine<float, 96>, LayoutAccum> {
@@ -108,7 +108,7 @@ struct ReleaseOnWaitMainloop : Base {
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
                           int thread_idx, TensorStorage& shared, Params const&) {
-    if constexpr (cute::size<1>(typename Base::TileShape{}) == 256) {
+    if constexpr (cute::size<1>(TileShape{}) == 256) {
       mma_halves(pipeline, read, accum, k_tiles, thread_idx, shared);
     } else {
       mma_whole(pipeline, read, accum, k_tiles, thread_idx, shared);
@@ -191,13 +191,13 @@ struct ReleaseOnWaitMainloop : Base {
     warpgroup_fence_operand(accumulation());
   }
 
-  // 128x256 tiles (the wide kernels' default): a warpgroup's 64x256 running sum is 128 fp32 registers a thread, and a partial
-  // of the same width would need 128 more (CUTLASS's loop, and the reason its tiles stop at 192). Here the partial
-  // of a k-block is formed one 128-column half at a time (m64n128 wgmmas into 64 registers, wait, promote into that
-  // half of the sum), so the registers are those of the 128x192 tiles (128 + 64 = 96 + 96). Each half holds exactly
-  // one 128x128 weight tile, so its B scale is one number; the promotion is partial * (sa * sb) as in the other
-  // kernels (same bits). The wgmma C fragments of m64n256 and of two m64n128 list their values in the same order
-  // (value pair, row half, 8-column chunk), so value i of half h's partial is value 64 h + i of the running sum.
+  // 128x256 tiles (the wide kernels' default): a warpgroup's 64x256 running sum is 128 fp32 registers a thread, and a
+  // partial of the same width would need 128 more (CUTLASS's loop, and the reason its tiles stop at 192). Here the
+  // partial of a k-block is formed one 128-column half at a time (m64n128 wgmmas into 64 registers, wait, promote into
+  // that half of the sum), so the registers are those of the 128x192 tiles (128 + 64 = 96 + 96). Each half holds
+  // exactly one 128x128 weight tile, so its B scale is one number; the promotion is partial * (sa * sb) as in the other
+  // kernels (same bits). The wgmma C fragments of m64n256 and of two m64n128 list their values in the same order (value
+  // pair, row half, 8-column chunk), so value i of half h's partial is value 64 h + i of the running sum.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma_halves(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
                                  int thread_idx, TensorStorage& shared) {
@@ -490,7 +490,8 @@ struct BlockwiseGrouped {
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      // (kCoopLptN256x2 with fp32 output: 128x16 sub-tiles, room for a fifth mainloop stage; grouped_problem.h)
+      // (kCoopLptN256x2 with fp32 output: 128x16 sub-tiles; on 128x192 tiles they made room for a fifth mainloop
+      // stage, session 22; grouped_problem.h)
       cute::conditional_t<Sched == kCoopLptN256x2 && cute::is_same_v<ElementD, float>,
                           cute::Shape<cute::_128, cute::_16>, cutlass::epilogue::collective::EpilogueTileAuto>,
       float, float,
