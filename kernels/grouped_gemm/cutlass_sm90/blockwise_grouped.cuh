@@ -136,6 +136,18 @@ struct ReleaseOnWaitMainloop : Base {
     return make_tuple(sA, sB, sSFA, sSFB);
   }
 
+  // Wait until the stage at `read` is loaded and copy its scales into registers; returns the stage's index.
+  template <class Token, class SmemSFA, class RegSFA, class SmemSFB, class RegSFB>
+  CUTLASS_DEVICE static int wait_stage(MainloopPipeline& pipeline, PipelineState read, Token token,
+                                       SmemSFA const& tCsSFA, RegSFA& tCrSFA, SmemSFB const& tCsSFB, RegSFB& tCrSFB) {
+    using namespace cute;
+    pipeline.consumer_wait(read, token);
+    int stage = read.index();
+    copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
+    copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
+    return stage;
+  }
+
   // Tiles up to 128x192: one partial the width of the tile per k-block.
   template <class FrgTensorC>
   CUTLASS_DEVICE void mma_whole(MainloopPipeline pipeline, PipelineState read, FrgTensorC& accum, int k_tiles,
@@ -161,10 +173,7 @@ struct ReleaseOnWaitMainloop : Base {
     auto token = pipeline.consumer_try_wait(read);
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tiles > 0; --k_tiles) {
-      pipeline.consumer_wait(read, token);
-      int stage = read.index();
-      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
-      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
+      int stage = wait_stage(pipeline, read, token, tCsSFA, tCrSFA, tCsSFB, tCrSFB);
       tiled_mma.accumulate_ = GMMA::ScaleOut::Zero;  // the partial of this k-block starts from zero
       warpgroup_fence_operand(accumulation());
       warpgroup_arrive();
@@ -232,10 +241,7 @@ struct ReleaseOnWaitMainloop : Base {
     auto token = pipeline.consumer_try_wait(read);
     CUTLASS_PRAGMA_NO_UNROLL
     for (; k_tiles > 0; --k_tiles) {
-      pipeline.consumer_wait(read, token);
-      int stage = read.index();
-      copy(tCsSFA(_, _, _, make_coord(_0{}, stage)), tCrSFA);
-      copy(tCsSFB(_, _, _, make_coord(_0{}, stage)), tCrSFB);
+      int stage = wait_stage(pipeline, read, token, tCsSFA, tCrSFA, tCsSFB, tCrSFB);
       CUTLASS_PRAGMA_UNROLL
       for (int h = 0; h < 2; ++h) {
         half_mma.accumulate_ = GMMA::ScaleOut::Zero;  // each half's partial starts from zero
