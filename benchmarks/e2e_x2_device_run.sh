@@ -24,7 +24,10 @@
 #     run(command="bash benchmarks/e2e_x2_device_run.sh speed", carry=[".whl"], timeout_s=600)
 # Whatever happens, the call ends inside X2_BUDGET seconds (default 560) with everything packed into
 # $OUT/e2e_x2.tgz and the log in $OUT/e2e_x2.log: session 9's first call ran past its limit and returned nothing.
-# X2_STEPS (default 25): steps per run. X2_RECIPES: another --recipes list for the call.
+# X2_STEPS (default 25): steps per run. X2_RECIPES: another --recipes list for the call. X2_SMI_MS (default 500):
+# the nvidia-smi clock log's interval. Each run's steps: benchmarks/step_modes.py (GPU lag per rank, clocks).
+# X2_NPROC (default 2): ranks per run (1 on a one-GPU machine). X2_HOST_OPS=N: trace_gaps --host N on each
+# profiled step (the host ops with the most self / inclusive time, per host thread).
 set -u
 PART=${1:-speed}
 BUDGET=${X2_BUDGET:-560}
@@ -69,15 +72,21 @@ echo "compare: $LEFT s left for the runs"
 # float8 runs vary more from step to step than bf16, and clocks are one suspect
 mkdir -p outputs/e2e_x2
 nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu \
-    --format=csv,noheader -lms 500 >> outputs/e2e_x2/gpu_clocks.csv 2>/dev/null &
+    --format=csv,noheader -lms ${X2_SMI_MS:-500} >> outputs/e2e_x2/gpu_clocks.csv 2>/dev/null &
 SMI=$!
-timeout $LEFT python3 launch/compare.py --config train_configs/llama_moe.toml --nproc 2 --steps ${X2_STEPS:-25} \
+timeout $LEFT python3 launch/compare.py --config train_configs/llama_moe.toml --nproc ${X2_NPROC:-2} --steps ${X2_STEPS:-25} \
     --job.dump_folder=outputs/e2e_x2 --reuse --recipes "$R" 2>&1 | grep -v Warning
 kill $SMI 2>/dev/null
 for t in outputs/e2e_x2/*/profile_traces/iteration_*/rank0_trace.json; do
   [ -f "$t" ] || continue
   run=${t#outputs/e2e_x2/}; run=${run%%/*}
-  python3 benchmarks/trace_gaps.py "$t" --top 12 --kernels 25 --exposed 14 --json "outputs/e2e_x2/$run/gaps_rank0.json" | head -62
+  python3 benchmarks/trace_gaps.py "$t" --top 12 --kernels 25 --exposed 14 --host ${X2_HOST_OPS:-0} \
+      --json "outputs/e2e_x2/$run/gaps_rank0.json" | head -$((62 + 4 * ${X2_HOST_OPS:-0}))
+done
+# per step: tokens/s, each rank's GPU lag (near 0: the host paced the step), clocks and power near its start
+for d in outputs/e2e_x2/*/; do
+  ls "$d"gpu_lag_rank*.json >/dev/null 2>&1 || continue
+  python3 benchmarks/step_modes.py "$d" --clocks outputs/e2e_x2/gpu_clocks.csv --json "${d}step_modes.json"
 done
 find outputs/e2e_x2 -name "rank*_trace.json" -delete
 } > "$LOG" 2>&1

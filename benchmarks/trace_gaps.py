@@ -13,6 +13,11 @@ autograd Functions is host-bound there: the host was still issuing the work the 
 --exposed N also lists the N NCCL kernels with the most time during which no other GPU work ran (communication
 the compute waited for; an NCCL kernel's own duration says little, it spins while its peer is late), each with
 the host ops that launched it (via the launch's correlation id) and where in the span it started.
+
+--host N lists, per host thread (the main thread runs the forward, the autograd thread the backward), its busy
+time and the N host op names with the most self time (their time less that of the host ops inside them) and
+with the most inclusive time: where the host's issue time goes. Names are cut at 60 characters, with digits
+after '#' or in hashes of compiled graphs folded, so every call of one kind adds up.
 """
 from __future__ import annotations
 
@@ -78,6 +83,54 @@ def kernel_totals(events: list[dict]) -> list[dict]:
             total[e["name"][:100]] += e["dur"]
             count[e["name"][:100]] += 1
     return [{"kernel": k, "ms": round(v / 1e3, 3), "calls": count[k]} for k, v in total.most_common()]
+
+
+def _host_name(name: str) -> str:
+    # fold per-call parts: "## Call CompiledFxGraph f52dn3... ##" and "ProfilerStep#25" add up per kind
+    if "CompiledFxGraph" in name:
+        return "## Call CompiledFxGraph (any) ##"
+    return name.split("#")[0][:60] if "#" in name and not name.startswith("#") else name[:60]
+
+
+def host_time(events: list[dict]) -> list[dict]:
+    """Per host thread: busy ms (the union of its top-level host ops), and per op name the self and inclusive
+    ms and the calls. Self = duration less that of the host ops nested in it on the same thread."""
+    by_tid = collections.defaultdict(list)
+    for e in events:
+        if e.get("cat") in HOST_CATS:
+            by_tid[(e.get("pid"), e.get("tid"))].append(e)
+    out = []
+    for tid, evs in by_tid.items():
+        evs.sort(key=lambda e: (e["ts"], -e["dur"]))
+        self_us, incl_us, calls = collections.Counter(), collections.Counter(), collections.Counter()
+        stack: list[list] = []  # [end, name, child time]
+        busy, top_end = 0.0, -1.0
+
+        def pop():
+            end, name, child, dur = stack.pop()
+            self_us[name] += dur - child
+        for e in evs:
+            start, dur = e["ts"], e["dur"]
+            while stack and stack[-1][0] <= start:
+                pop()
+            name = _host_name(e["name"])
+            if stack:
+                stack[-1][2] += dur
+            else:
+                busy += max(0.0, start + dur - max(start, top_end))
+                top_end = max(top_end, start + dur)
+            # a name nested in itself (recursion) counts its outermost call only in the inclusive time
+            if not any(s[1] == name for s in stack):
+                incl_us[name] += dur
+            calls[name] += 1
+            stack.append([start + dur, name, 0.0, dur])
+        while stack:
+            pop()
+        out.append({"thread": str(tid[1]), "busy_ms": round(busy / 1e3, 3),
+                    "ops": [{"op": k, "self_ms": round(self_us[k] / 1e3, 3), "incl_ms": round(incl_us[k] / 1e3, 3),
+                             "calls": calls[k]} for k in incl_us]})
+    out.sort(key=lambda t: -t["busy_ms"])
+    return out
 
 
 def _is_nccl(e: dict) -> bool:
@@ -146,6 +199,8 @@ def main(argv=None) -> int:
     ap.add_argument("--kernels", type=int, default=0, help="also print the N kernels with the most GPU time")
     ap.add_argument("--exposed", type=int, default=0,
                     help="also print the N NCCL kernels with the most time that no other GPU work overlapped")
+    ap.add_argument("--host", type=int, default=0,
+                    help="also print, per host thread, the N host ops with the most self and inclusive time")
     args = ap.parse_args(argv)
     events = load_events(args.trace)
     span, busy, gaps = gpu_gaps(events)
@@ -170,11 +225,20 @@ def main(argv=None) -> int:
         print(f"{'alone ms':>9} {'of ms':>7} {'at ms':>7}  kernel  < launched under")
         for r in exposed[:args.exposed]:
             print(f"{r['exposed_ms']:9.3f} {r['ms']:7.3f} {r['at_ms']:7.2f}  {r['kernel']}  < {r['host']}")
+    threads = host_time(events) if args.host else []
+    for t in threads[:3]:
+        print(f"host thread {t['thread']}: busy {t['busy_ms']:.2f} ms; by self time, then by inclusive time:")
+        for key in ("self_ms", "incl_ms"):
+            for op in sorted(t["ops"], key=lambda o: -o[key])[:args.host]:
+                print(f"  {op[key]:9.3f} {op['calls']:6d}  {op['op']}")
+            print("  --")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"trace": args.trace, "span_ms": span / 1e3, "busy_ms": busy / 1e3, "gaps": len(gaps),
                        "by_host_op": rows, "kernels": kernels[:200], "nccl_alone_ms": exposed_us / 1e3,
-                       "nccl_exposed": exposed}, f, indent=1)
+                       "nccl_exposed": exposed,
+                       "host_threads": [{**t, "ops": sorted(t["ops"], key=lambda o: -o["self_ms"])[:100]}
+                                        for t in threads]}, f, indent=1)
     return 0
 
 

@@ -40,6 +40,7 @@ if ROOT not in sys.path:
 
 from titan_fp8.config import ConfigError, load_config  # noqa: E402
 from titan_fp8.recipes import RecipeError, parse_recipes  # noqa: E402
+from titan_fp8.train.metrics import host_paced_share  # noqa: E402
 
 TRAIN = os.path.join(ROOT, "launch", "train.py")
 TOLERANCE_REL = 0.005  # issue 11: within 0.5% of bf16, or the bf16 seed-to-seed difference if larger
@@ -55,7 +56,13 @@ DEFINITIONS = {
     "tps_per_gpu_p10 / _p90": "10th / 90th percentile (nearest rank) of the same steps' tps_per_gpu: the "
                               "step-to-step spread, shown as 'steps p10-p90' in thousands",
     "sync_wait_share_median": "median over the same steps of the share of a step the host waited for the GPU at "
-                              "the step's one sync (near 0: host-bound); None for runs logged before it existed",
+                              "the step's one sync; None for runs logged before it existed (near 0 does not prove "
+                              "host-bound: the host can block in a launch once the queue is full)",
+    "gpu_lag_ms_median / _p10 / _p90": "over the same steps: how much GPU work was still queued when the host "
+                                       "began the step, in ms (it holds the previous step's optimizer update; rank "
+                                       "0's)",
+    "host_paced_share": "share of the same steps whose backward began on an idle GPU (rank 0's lag there < 1 ms): "
+                        "the host, not the GPU, paced them",
     "speedup_vs_baseline": "tps_per_gpu_median / baseline's tps_per_gpu_median",
     "mfu_median": "median MFU (active-parameter FLOPs vs the GPU's bf16 dense peak, also for float8)",
     "peak_memory_gib": "max over logged steps of torch.cuda.max_memory_allocated (GiB)",
@@ -376,6 +383,10 @@ def run_stats(records: list[dict]) -> dict:
         "tps_per_gpu_p10": _percentile([r["tps_per_gpu"] for r in timed], 0.1),
         "tps_per_gpu_p90": _percentile([r["tps_per_gpu"] for r in timed], 0.9),
         "sync_wait_share_median": _median([r.get("sync_wait_share") for r in timed]),
+        "gpu_lag_ms_median": _median([r.get("gpu_lag_ms") for r in timed]),
+        "gpu_lag_ms_p10": _percentile([r.get("gpu_lag_ms") for r in timed], 0.1),
+        "gpu_lag_ms_p90": _percentile([r.get("gpu_lag_ms") for r in timed], 0.9),
+        "host_paced_share": host_paced_share(timed),
         "tflops_per_gpu_median": _median([r["tflops_per_gpu"] for r in timed]),
         "mfu_median": _median([r["mfu"] for r in timed]),
         "peak_memory_gib": max(mems) if mems else None,
@@ -386,6 +397,7 @@ def run_stats(records: list[dict]) -> dict:
 NUMBERS = [  # every run's entry has these keys (None for a failed run: its partial numbers mean nothing)
     "final_step", "final_train_loss", "last10_mean_train_loss", "last10_steps", "val_loss", "val_step",
     "warmup_steps", "tps_per_gpu_median", "tps_per_gpu_p10", "tps_per_gpu_p90", "sync_wait_share_median",
+    "gpu_lag_ms_median", "gpu_lag_ms_p10", "gpu_lag_ms_p90", "host_paced_share",
     "tflops_per_gpu_median", "mfu_median", "peak_memory_gib",
     "peak_memory_reserved_gib", "rel_diff_train_vs_baseline", "rel_diff_val_vs_baseline", "tolerance_train",
     "tolerance_val", "within_tolerance", "speedup_vs_baseline",
@@ -487,7 +499,7 @@ COLUMNS = [  # header, key, format
     ("last-10% mean", "last10_mean_train_loss", ".4f"), ("vs base", "rel_diff_train_vs_baseline", "pct"),
     ("val loss", "val_loss", ".4f"), ("val vs base", "rel_diff_val_vs_baseline", "pct"),
     ("within tol", "within_tolerance", None), ("tokens/s/GPU", "tps_per_gpu_median", ".0f"),
-    ("steps p10-p90", "tps_per_gpu_p10", "krange"),
+    ("steps p10-p90", "tps_per_gpu_p10", "krange"), ("host-paced", "host_paced_share", ".2f"),
     ("speedup", "speedup_vs_baseline", ".3f"), ("peak GiB", "peak_memory_gib", ".2f"), ("MFU", "mfu_median", ".3f"),
 ]
 

@@ -91,6 +91,7 @@ def test_summary_numbers_equal_those_from_metrics_jsonl(compared):
                       "tps_per_gpu_p10": min(r["tps_per_gpu"] for r in timed),
                       "tps_per_gpu_p90": max(r["tps_per_gpu"] for r in timed),
                       "sync_wait_share_median": statistics.median(r["sync_wait_share"] for r in timed),
+                      "gpu_lag_ms_median": None, "host_paced_share": None,  # CPU runs have no GPU lag
                       "peak_memory_gib": None, "mfu_median": None}
     base = mine["bf16"]
     seed_diff = {k: abs(mine["bf16-seed43"][k] - base[k]) / base[k] for k in ("last10_mean_train_loss", "val_loss")}

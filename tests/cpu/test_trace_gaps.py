@@ -89,3 +89,33 @@ def test_exposed_comm_counts_only_time_no_other_work_covers(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "NCCL alone on the GPU (nothing else running) 0.11 ms" in out
     assert json.loads((tmp_path / "o.json").read_text())["nccl_alone_ms"] == pytest.approx(0.11)
+
+
+def test_host_time_splits_self_and_inclusive_per_thread(tmp_path, capsys):
+    from benchmarks.trace_gaps import host_time
+
+    ev = [  # main thread 1: A [0,100) holding B [10,40) and B [50,60), then A again [200,220) holding nothing;
+        # thread 2: two compiled-graph calls with different hashes, one holding aten::mm; a kernel (not host)
+        {"ph": "X", "cat": "user_annotation", "name": "A", "ts": 0, "dur": 100, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "B", "ts": 10, "dur": 30, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "B", "ts": 50, "dur": 10, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "user_annotation", "name": "A", "ts": 200, "dur": 20, "pid": 1, "tid": 1},
+        {"ph": "X", "cat": "cpu_op", "name": "## Call CompiledFxGraph f52dn ##", "ts": 0, "dur": 30, "pid": 1,
+         "tid": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 5, "dur": 10, "pid": 1, "tid": 2},
+        {"ph": "X", "cat": "cpu_op", "name": "## Call CompiledFxGraph zz9q ##", "ts": 40, "dur": 5, "pid": 1,
+         "tid": 2},
+        {"ph": "X", "cat": "kernel", "name": "k", "ts": 0, "dur": 500, "pid": 0, "tid": 7},
+    ]
+    threads = host_time(ev)
+    assert [t["thread"] for t in threads] == ["1", "2"] and [t["busy_ms"] for t in threads] == [0.12, 0.035]
+    ops = {o["op"]: o for o in threads[0]["ops"]}
+    assert ops["A"] == {"op": "A", "self_ms": 0.08, "incl_ms": 0.12, "calls": 2}
+    assert ops["B"] == {"op": "B", "self_ms": 0.04, "incl_ms": 0.04, "calls": 2}
+    ops = {o["op"]: o for o in threads[1]["ops"]}
+    graph = ops["## Call CompiledFxGraph (any) ##"]
+    assert (graph["self_ms"], graph["incl_ms"], graph["calls"]) == (0.025, 0.035, 2)
+    p = tmp_path / "h.json"
+    p.write_text(json.dumps({"traceEvents": ev}))
+    assert main([str(p), "--host", "2"]) == 0
+    assert "host thread 1: busy 0.12 ms" in capsys.readouterr().out

@@ -14,6 +14,8 @@ from typing import Optional
 
 import torch
 
+from titan_fp8.train.gpu_lag import HOST_PACED_MS
+
 # bf16 dense peak (no sparsity), TFLOP/s. MFU is always measured against this, also when float8 is on.
 PEAK_BF16_TFLOPS = {
     "H200": 989.5,
@@ -124,11 +126,13 @@ class MetricsLogger:
             tps_s = (f"tps/gpu {tps:9.0f}  tflops/gpu {tflops:7.2f}" if tps is not None
                      else "tps/gpu  (profiled step, not timed)")
             mem_s = f"{mem:.2f}GiB" if mem is not None else "n/a"
+            lag = rec.get("gpu_lag_ms")
+            lag_s = f"  gpu_lag {lag:.1f}ms" if isinstance(lag, float) else ""
             val_s = f"  val_loss {extra['val_loss']:.4f}" if extra and "val_loss" in extra else ""
             self.log(f"step {step:>5}/{total_steps}  loss {loss:8.4f}  grad_norm {grad_norm:8.4f}  lr {lr:.3e}  "
                      f"{tps_s}  mfu {mfu_s}  mem {mem_s}  "
                      f"data_wait {100 * rec['data_wait_share']:.1f}%  sync_wait {100 * rec['sync_wait_share']:.0f}%"
-                     f"{val_s}")
+                     f"{lag_s}{val_s}")
             with open(self.path, "a") as f:
                 f.write(json.dumps(rec) + "\n")
             if self._tb is not None:
@@ -153,6 +157,7 @@ class MetricsLogger:
         out["data_wait_share"] = wait / seconds if seconds else None
         mems = [r["memory_gib"] for r in self.records if r.get("memory_gib") is not None]
         out["memory_gib"] = max(mems) if mems else None
+        out["host_paced_share"] = host_paced_share(recs)
         out["first_loss"] = self.records[0]["loss"] if self.records else None
         out["final_loss"] = self.records[-1]["loss"] if self.records else None
         out["device"] = self.device_name
@@ -162,6 +167,15 @@ class MetricsLogger:
     def close(self) -> None:
         if self._tb is not None:
             self._tb.close()
+
+
+def host_paced_share(records: list) -> Optional[float]:
+    """Share of `records` (steps) whose backward began on an idle GPU (gpu_lag_backward_ms < HOST_PACED_MS): the
+    host, not the GPU, paced them. None when a record has no lag (CPU runs, runs from before GpuLag)."""
+    lags = [r.get("gpu_lag_backward_ms") for r in records]
+    if not lags or any(not isinstance(v, (int, float)) for v in lags):
+        return None
+    return sum(v < HOST_PACED_MS for v in lags) / len(lags)
 
 
 def _start_file(path: str, resumed_at_step: Optional[int]) -> None:

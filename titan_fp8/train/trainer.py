@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import time
 
@@ -34,6 +33,7 @@ from titan_fp8.parallel import build_mesh, parallelize
 from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, latest_step
 from titan_fp8.train.data import build_loader
 from titan_fp8.train.garbage import GarbageCollection
+from titan_fp8.train.gpu_lag import GpuLag
 from titan_fp8.train.metrics import MetricsLogger
 from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip, take_grad_scale
 from titan_fp8.train.profiling import StepProfiler
@@ -207,6 +207,7 @@ def run(cfg: JobConfig, log=print) -> dict:
     sync_debug = os.environ.get("TITAN_FP8_SYNC_DEBUG") == "1" and device.type == "cuda"
     profiler = StepProfiler(cfg.profiling, cfg.job.dump_folder, rank, device.type, log=say)
     collector = GarbageCollection(t.gc_freq)  # [training] gc_freq: collect at fixed steps, not mid-step
+    lag = GpuLag(device)  # per step: the GPU work still queued when the host began it (0: host-bound)
     deferred = t.nonfinite_check == "deferred"
     waiting = None  # deferred: the step whose check the host has not read yet (at most one)
 
@@ -243,6 +244,11 @@ def run(cfg: JobConfig, log=print) -> dict:
         nonlocal last_skipped
         read_check(check)
         record = dict(extra or {})
+        # the check has been read: the GPU is past the step's start and its backward's
+        for key, phase in (("gpu_lag_ms", "step"), ("gpu_lag_backward_ms", "backward")):
+            value = lag.read(check.step, phase)
+            if value is not None:
+                record[key] = value
         if check.nonfinite:
             say(f"{check.describe()}; step skipped ([training] skip_nonfinite_steps)")
             record["skipped"] = True
@@ -270,6 +276,7 @@ def run(cfg: JobConfig, log=print) -> dict:
     not_training = 0.0
     for step in range(start_step + 1, t.steps + 1):
         collector.step(step)
+        lag.mark(step)
         if sync_debug and step == start_step + 3:
             torch.cuda.set_sync_debug_mode("warn")
         profiler.begin(step)  # [profiling]: one step in every profile_freq
@@ -286,6 +293,7 @@ def run(cfg: JobConfig, log=print) -> dict:
             ce_loss = ce_loss * float("nan")
         aux_loss = torch.as_tensor(model.aux_loss(), device=device)
         loss = ce_loss + aux_loss
+        lag.mark(step, "backward")
         loss.backward()
         grad_norm = grad_norm_and_clip(params, t.max_norm, optimizer).to(device)
 
@@ -302,6 +310,7 @@ def run(cfg: JobConfig, log=print) -> dict:
         if deferred:
             # The GPU skips a failing step's update itself (found_inf), so the host goes on without waiting;
             # it reads the PREVIOUS step's check, which keeps it at most one step ahead of the GPU.
+            lag.mark(step, "optimizer")
             apply_update(check.found_inf)
             if waiting is not None:
                 settle(waiting)
@@ -348,6 +357,7 @@ def run(cfg: JobConfig, log=print) -> dict:
             os._exit(17)
 
     collector.close()
+    lag.save(cfg.job.dump_folder, rank)
     if sync_debug:
         torch.cuda.set_sync_debug_mode(0)
     if cfg.checkpoint.enable and step != last_saved and not last_skipped and step > start_step:
@@ -360,6 +370,11 @@ def run(cfg: JobConfig, log=print) -> dict:
                     "float8": cfg.float8.recipe_name if cfg.float8.enable else None})
     if rank == 0:
         say("summary: " + json.dumps(summary))
+        paced = summary.get("host_paced_share")
+        if paced is not None and paced >= 0.25:
+            say(f"host-paced: the GPU sat idle as the backward began in {100 * paced:.0f}% of the timed steps (rank "
+                "0): the host, not the GPU, set their pace. A larger [training] local_batch_size spreads the host's "
+                "per-step work over more tokens (README: host-paced steps)")
         with open(os.path.join(cfg.job.dump_folder, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)
     metrics.close()
