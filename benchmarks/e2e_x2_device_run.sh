@@ -18,6 +18,8 @@
 #   carveout bf16 and tw + mx128 experts with [comm] matmul_sm_carveout unset / 8 / 16 / 32 (persistent GEMMs
 #          leave SMs to NCCL: session 12 saw forward all-gathers take ~10x their solo time under the GEMMs)
 #   ctas   tensorwise + mx128 experts with NCCL_MAX_CTAS unset / 16 / 8
+#   batch  bf16, tw + mx128 experts and mx128 Linears + experts at local_batch_size 2 (shipped) and 4: at 2 the
+#          float8 steps can be host-paced (session 34; step_modes.py shows which rank paced which step), at 4 not
 #   ep     FSDP only vs EP=2 with bf16 and float8 dispatch, bf16 EP: issue 12 acc. 2
 #   all    session 9's list (every preset; needs two calls: run it again, it reuses finished runs)
 # From the repo root, carrying .whl (torchao, nvidia-cutlass wheels) and, for a second call, outputs/e2e_x2:
@@ -49,9 +51,10 @@ case $PART in
   carveout) P="profiling.enable_profiling=true,profiling.profile_freq=${X2_STEPS:-25}"
          R="bf16,tensorwise_mx128_experts,tw_mx128_c8:tensorwise_mx128_experts,comm.matmul_sm_carveout=8,$P,tw_mx128_c16:tensorwise_mx128_experts,comm.matmul_sm_carveout=16,$P,tw_mx128_c32:tensorwise_mx128_experts,comm.matmul_sm_carveout=32,bf16_c16:bf16,comm.matmul_sm_carveout=16" ;;
   ctas) R="tensorwise_mx128_experts,tw_mx128_ctas16:tensorwise_mx128_experts,comm.nccl_max_ctas=16,tw_mx128_ctas8:tensorwise_mx128_experts,comm.nccl_max_ctas=8" ;;
+  batch) R="bf16,tensorwise_mx128_experts,mxfp8_mx128_linears,bf16_b4:bf16,training.local_batch_size=4,tw_mx128_b4:tensorwise_mx128_experts,training.local_batch_size=4,mx128_linears_b4:mxfp8_mx128_linears,training.local_batch_size=4" ;;
   ep) R="bf16,tensorwise_fp8_rowwise_experts,ep2_tw_rw:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,ep2_tw_rw_f8d:tensorwise_fp8_rowwise_experts,parallelism.expert_parallel_degree=2,dispatch_dtype=float8,ep2_bf16:bf16,parallelism.expert_parallel_degree=2" ;;
   all) R="bf16,tensorwise,tw_noag:tensorwise,enable_fsdp_float8_all_gather=false,precompute_float8_dynamic_scale_for_fsdp=false,tensorwise_fp8_rowwise_experts,tensorwise_mx128_experts,tw_ctas16:tensorwise,comm.nccl_max_ctas=16,tw_ctas8:tensorwise,comm.nccl_max_ctas=8,mxfp8_mx128,mxfp8_mx128_linears,mxfp8_mx32_experts" ;;
-  *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | modes | check | profile | prefetch | carveout | ctas | ep | all)"; exit 2 ;;
+  *) echo "e2e_x2_device_run.sh: unknown part '$PART' (speed | modes | check | profile | prefetch | carveout | ctas | batch | ep | all)"; exit 2 ;;
 esac
 R=${X2_RECIPES:-$R}  # X2_RECIPES: compare.py --recipes for this call instead of the part's list
 {
