@@ -76,6 +76,7 @@ class Run:
     seed: int
     overrides: list[str]
     dump: str
+    env: dict = field(default_factory=dict)  # the recipe's env.NAME=value keys: set in the run's processes
     steps: int = 0  # [training] steps of this run (0 when its config was rejected)
     config_error: Optional[str] = None
     status: str = "pending"  # pending | running | ok | failed
@@ -199,7 +200,7 @@ def plan_runs(config: str, overrides: list[str], recipes, seeds: int, seed0: int
                    "--checkpoint.enable=false"]
             if k:  # same batches as the other runs: the seed changes the initialization only
                 ovr.append(f"--training.data_seed={seed0}")
-            run = Run(name, recipe.name, seed0 + k, ovr, dump)
+            run = Run(name, recipe.name, seed0 + k, ovr, dump, env=recipe.env())
             try:
                 cfg = load_config(config, ovr, world_size=nproc)
                 run.steps = cfg.training.steps
@@ -222,7 +223,10 @@ RUN_FILE = "compare_run.json"  # what made the run in this folder; --reuse compa
 
 
 def _run_identity(run: Run, config: str, nproc: int) -> dict:
-    return {"config": config, "overrides": run.overrides, "nproc": nproc}
+    ident = {"config": config, "overrides": run.overrides, "nproc": nproc}
+    if run.env:
+        ident["env"] = run.env
+    return ident
 
 
 def reusable(run: Run, config: str, nproc: int) -> bool:
@@ -298,11 +302,12 @@ def start(run: Run, config: str, nproc: int, gpu_ids: list[int]):
     os.makedirs(run.dump, exist_ok=True)
     with open(os.path.join(run.dump, RUN_FILE), "w") as f:
         json.dump(_run_identity(run, config, nproc), f, indent=1)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **run.env)
     if gpu_ids:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, gpu_ids))
     logf = open(run.log, "w")
-    logf.write("$ " + shlex.join(command(config, run, nproc)) + "\n")
+    logf.write("$ " + " ".join(f"{k}={shlex.quote(v)}" for k, v in run.env.items()) + (" " if run.env else "")
+               + shlex.join(command(config, run, nproc)) + "\n")
     logf.flush()
     proc = subprocess.Popen(command(config, run, nproc), cwd=ROOT, env=env, stdout=logf, stderr=subprocess.STDOUT,
                             start_new_session=True)
@@ -424,6 +429,7 @@ def summarize(runs: list[Run], baseline: str, args, nproc: int, gpus: int, out: 
         s = stats[run.name]
         entry = {"recipe": run.recipe, "seed": run.seed, "status": run.status, "exit_code": run.exit_code,
                  "reused": run.reused, "wall_s": run.wall_s, "dump_folder": run.dump, "overrides": run.overrides,
+                 "env": run.env,
                  "log_tail": run.log_tail if run.status != "ok" else None, **dict.fromkeys(NUMBERS)}
         if s:
             entry.update(s)

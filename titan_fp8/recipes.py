@@ -6,6 +6,8 @@ A preset sets only the keys it names; every other key comes from the job file, s
     bf16,tensorwise                                  two presets
     noag:enable=true,recipe_name=tensorwise          ad-hoc: keys relative to [float8] ...
     ctas8:tensorwise,comm.nccl_max_ctas=8            ... or fully dotted; a preset right after the ':' is the base
+    py:mxfp8_mx128_linears,env.TITAN_FP8_BLOCKWISE_MM=python   env.NAME: an environment variable of that run's
+                                                     processes (A/B of a switch the job file does not hold)
 
 This module imports nothing heavy: compare.py checks the recipe list before starting anything.
 """
@@ -42,6 +44,8 @@ PRESETS: dict[str, dict[str, object]] = {
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")  # also a folder name
 _KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+ENV = "env."  # key prefix of an environment variable: env.TITAN_FP8_BLOCKWISE_MM=python
+_ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]*$")
 
 
 class RecipeError(ValueError):
@@ -54,8 +58,12 @@ class Recipe:
     keys: dict  # fully dotted key ("float8.enable", "comm.nccl_max_ctas") -> value (Python value or CLI text)
 
     def overrides(self) -> list[str]:
-        """The `--section.key=value` arguments of launch/train.py that make this recipe."""
-        return [f"--{key}={_cli_text(value)}" for key, value in self.keys.items()]
+        """The `--section.key=value` arguments of launch/train.py that make this recipe (env.* keys excluded)."""
+        return [f"--{key}={_cli_text(value)}" for key, value in self.keys.items() if not key.startswith(ENV)]
+
+    def env(self) -> dict[str, str]:
+        """The environment variables (env.NAME=value keys) this recipe's runs set."""
+        return {key[len(ENV):]: _cli_text(value) for key, value in self.keys.items() if key.startswith(ENV)}
 
 
 def _cli_text(value) -> str:
@@ -127,6 +135,9 @@ def parse_recipes(spec: str) -> list[Recipe]:
             key = key.strip()
             if not _KEY.match(key):
                 raise RecipeError(f"--recipes {spec!r}: {key!r} is not a key; use a [float8] key or section.key")
+            if key.startswith(ENV) and not _ENV_NAME.match(key[len(ENV):]):
+                raise RecipeError(f"--recipes {spec!r}: {key!r}: an environment variable name is upper-case "
+                                  f"letters, digits and '_' (env.NAME=value)")
             adhoc[_dotted(key)] = value.strip()
         else:
             adhoc = None

@@ -212,6 +212,39 @@ def test_parse_recipes():
         assert part in str(e.value) and "\n" not in str(e.value), (spec, str(e.value))
 
 
+def test_env_keys_set_the_runs_environment(tmp_path, monkeypatch):
+    """env.NAME=value keys of a recipe: not train.py arguments, but variables of that run's processes (and part
+    of its identity for --reuse); a name that is no environment variable name is one RecipeError line."""
+    import launch.compare as compare
+    from titan_fp8.recipes import RecipeError, parse_recipes
+
+    got = parse_recipes("bf16,py:mxfp8_mx128_linears,env.TITAN_FP8_BLOCKWISE_MM=python,comm.nccl_max_ctas=8")
+    assert got[1].env() == {"TITAN_FP8_BLOCKWISE_MM": "python"} and got[0].env() == {}
+    assert "--comm.nccl_max_ctas=8" in got[1].overrides()
+    assert not any("env." in o or "TITAN_FP8_BLOCKWISE_MM" in o for o in got[1].overrides())
+    with pytest.raises(RecipeError, match="env.titan_x.*upper-case") as e:
+        parse_recipes("x:env.titan_x=1")
+    assert "\n" not in str(e.value)
+    runs = compare.plan_runs(DEBUG_TOML, [], got, 1, 0, 1, str(tmp_path), 0)
+    assert [r.env for r in runs] == [{}, {"TITAN_FP8_BLOCKWISE_MM": "python"}] and runs[1].config_error is None
+    assert compare._run_identity(runs[1], DEBUG_TOML, 1)["env"] == {"TITAN_FP8_BLOCKWISE_MM": "python"}
+    assert "env" not in compare._run_identity(runs[0], DEBUG_TOML, 1)
+    seen = {}
+
+    class FakePopen:
+        def __init__(self, cmd, env=None, **kw):
+            seen["env"], self.pid = env, 0
+    monkeypatch.setattr(compare.subprocess, "Popen", FakePopen)
+    monkeypatch.delenv("TITAN_FP8_BLOCKWISE_MM", raising=False)
+    _, logf, _ = compare.start(runs[1], DEBUG_TOML, 1, [])
+    logf.close()
+    assert seen["env"]["TITAN_FP8_BLOCKWISE_MM"] == "python"
+    with open(runs[1].log) as f:
+        assert f.readline().startswith("$ TITAN_FP8_BLOCKWISE_MM=python ")
+    compare.start(runs[0], DEBUG_TOML, 1, [])[1].close()
+    assert "TITAN_FP8_BLOCKWISE_MM" not in seen["env"]
+
+
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_is_a_valid_float8_section(name):
     """Each preset's keys are [float8] keys and the config accepts their values (2 ranks, emulated)."""

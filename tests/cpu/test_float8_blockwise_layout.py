@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from kernels.grouped_gemm import cublas_blockwise
 from titan_fp8.float8 import linear as f8linear
 
 ScalingType = getattr(F, "ScalingType", None)
@@ -177,7 +178,7 @@ MODE_IDS = ["blockwise", "mx128", "mx128_xt_tiles"]
 def test_scaled_mm_arguments_pass_the_gpu_checks(recorder, monkeypatch, name, M, K, N, pow2, xt_tile):
     """Forward, grad-input and grad-weight GEMM arguments at the real shapes (meta device: no data)."""
     # on meta tensors the custom op would answer from its fake kernel: call its body instead
-    monkeypatch.setattr(f8linear, "blockwise_scaled_mm", f8linear._cublas_blockwise_mm)
+    monkeypatch.setattr(cublas_blockwise, "blockwise_scaled_mm", cublas_blockwise.cublas_blockwise_mm)
     x = torch.empty(2, M // 2, K, device="meta", dtype=torch.bfloat16, requires_grad=True)
     w = torch.empty(N, K, device="meta", dtype=torch.bfloat16, requires_grad=True)
     y = f8linear._BlockwiseMM.apply(x, w, False, pow2, True, xt_tile)
@@ -262,13 +263,13 @@ def test_mx128_scales_reach_cublas_without_a_copy(recorder, monkeypatch):
     """mx128's quantizers write the scale factors in exactly the layouts the checks demand, so the op passes
     them through as they are: no reciprocal, no transposing or padding copy inside the opaque op."""
     seen = []
-    real_args = f8linear.blockwise_scaled_mm_args
+    real_args = cublas_blockwise.blockwise_scaled_mm_args
 
     def spy(a_q, a_s, b_q, b_s, b_is_tile, inverse=False):
         out = real_args(a_q, a_s, b_q, b_s, b_is_tile, inverse)
         seen.append((out[2].data_ptr() == a_s.data_ptr(), out[4].data_ptr() == b_s.data_ptr(), inverse))
         return out
-    monkeypatch.setattr(f8linear, "blockwise_scaled_mm_args", spy)
+    monkeypatch.setattr(cublas_blockwise, "blockwise_scaled_mm_args", spy)
     gen = torch.Generator().manual_seed(2)
     x = _blocky(256, 384, gen, 1).requires_grad_()
     w = (_blocky(640, 384, gen, BLOCK) * 0.02).requires_grad_()
@@ -301,13 +302,13 @@ def test_mx128_gathered_weight_on_the_cublas_path_equals_the_plain_weight(record
     plain = fwd_bwd(w.clone())
     plain_calls = list(recorder.calls)
     seen = []
-    real_args = f8linear.blockwise_scaled_mm_args
+    real_args = cublas_blockwise.blockwise_scaled_mm_args
 
     def spy(a_q, a_s, b_q, b_s, b_is_tile, inverse=False):
         out = real_args(a_q, a_s, b_q, b_s, b_is_tile, inverse)
         seen.append(out[4].data_ptr() == b_s.data_ptr())
         return out
-    monkeypatch.setattr(f8linear, "blockwise_scaled_mm_args", spy)
+    monkeypatch.setattr(cublas_blockwise, "blockwise_scaled_mm_args", spy)
     q128 = f8linear._quantize_mx128
     monkeypatch.setattr(f8linear, "_quantize_mx128", lambda t, tile, *a, **k: (
         pytest.fail("the Linear quantized a gathered weight") if tile else q128(t, tile, *a, **k)))

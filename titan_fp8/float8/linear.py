@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 try:  # tensorwise / rowwise GEMMs go through torchao's Float8TrainingTensor (torch._scaled_mm dispatch)
     from torchao.float8.float8_training_tensor import (
         Float8TrainingTensor,
@@ -60,6 +59,7 @@ from kernels.float8_cast import (
     to_float8_transposed,
     to_float8_with_transpose,
 )
+from kernels.grouped_gemm import cublas_blockwise
 from kernels.mxfp8 import e8m0_to_fp32
 
 from .backward_order import zero_from
@@ -240,76 +240,6 @@ def _check_rows(M: int, multiple: int, recipe: str):
                          f"a multiple of {multiple} (the weight-gradient GEMM scales blocks along tokens)")
 
 
-def _scale_outer_major(s: torch.Tensor) -> torch.Tensor:
-    """1x128 scale [rows, K/128] -> the same values with strides (1, rows): cuBLAS reads VEC128 scales
-    outer-dim-major (each K-block's column of per-row scales contiguous)."""
-    return s.t().contiguous().t()
-
-
-def _pad_tile_factors(s: torch.Tensor) -> torch.Tensor:
-    """128x128 factors [N/128, K/128] -> the contiguous [N/128, L4] buffer, L4 = K/128 rounded up to a multiple
-    of 4 (kernels.grouped_gemm.quant.blockwise_scale_buffers' tile layout; cuBLAS reads its transpose). The pad
-    slots are K-blocks past the data, which no product uses; they hold 1.0 (as torchao pads, and as the mx128
-    quantizers write them) so that even a read of them stays finite."""
-    k_blocks = s.shape[1]
-    return F.pad(s, (0, -(-k_blocks // 4) * 4 - k_blocks), value=1.0).contiguous()  # no pad: F.pad may alias s
-
-
-def _tile_scale_k_major_padded(s: torch.Tensor) -> torch.Tensor:
-    """128x128 scale [N/128, K/128] -> [L4, N/128] with strides (1, L4): cuBLAS reads BLK128x128 scales
-    K-block-major with a 16-byte aligned column stride (torch checks exactly this shape and stride)."""
-    return _pad_tile_factors(s).t()
-
-
-def blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile: bool, inverse: bool = False):
-    """Positional arguments of F.scaled_mm(mat_a, mat_b, scale_a, recipe_a, scale_b, recipe_b) computing
-    a @ b.T on cuBLAS, for a [M, K] 1x128-scaled along K and b [N, K] (128x128 tiles if b_is_tile, else 1x128
-    along K); a_s, b_s are our scales (data = x * scale), cuBLAS multiplies by 1/scale. inverse=True: they
-    are already the factors cuBLAS multiplies by, normally in its layouts (mx128's quantizers write them so:
-    then nothing is copied; a 128x128 b_s comes as the padded [N/128, round_up(K/128, 4)] buffer).
-    Layouts torch (2.11 .. 2.13, aten ScaledBlas.cpp) requires of mat_a [M, K] row-major, mat_b [K, N]
-    column-major:
-      scale_a                [M, K/128]                strides (1, M)
-      scale_b, 1x128         [N, K/128]                strides (1, N)   (the weight-gradient GEMM)
-      scale_b, 128x128       [round_up(K/128, 4), N/128] strides (1, round_up(K/128, 4))
-    tests/cpu/test_float8_blockwise_layout.py checks these against torch 2.11's checks and this torch's meta
-    kernel at the model's shapes."""
-    from torch.nn.functional import ScalingType
-    mat_a = a_q.contiguous()
-    mat_b = b_q.contiguous().t()
-    inv = (lambda s: s) if inverse else torch.reciprocal
-    scale_a = _scale_outer_major(inv(a_s))  # no copy when the strides are right already
-    if b_is_tile:
-        k_blocks = b_q.shape[1] // BLOCK_K
-        if inverse and b_s.shape[1] == -(-k_blocks // 4) * 4:  # the padded buffer: cuBLAS reads its transpose
-            scale_b = b_s.contiguous().t()
-        else:
-            scale_b = _tile_scale_k_major_padded(inv(b_s))
-        recipe_b = ScalingType.BlockWise128x128
-    else:
-        scale_b, recipe_b = _scale_outer_major(inv(b_s)), ScalingType.BlockWise1x128
-    return mat_a, mat_b, scale_a, ScalingType.BlockWise1x128, scale_b, recipe_b
-
-
-def _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile: bool, inverse: bool = False) -> torch.Tensor:
-    # cuBLAS blockwise writes bf16; fp32 parameters get their gradient converted afterwards
-    return F.scaled_mm(*blockwise_scaled_mm_args(a_q, a_s, b_q, b_s, b_is_tile, inverse),
-                       output_dtype=torch.bfloat16)
-
-
-@torch.library.custom_op("titan_fp8::blockwise_scaled_mm", mutates_args=())
-def blockwise_scaled_mm(a_q: torch.Tensor, a_s: torch.Tensor, b_q: torch.Tensor, b_s: torch.Tensor,
-                        b_is_tile: bool, inverse: bool = False) -> torch.Tensor:
-    """bf16 a @ b.T on cuBLAS from our quantized operands (layouts: blockwise_scaled_mm_args). An opaque op
-    so torch.compile cannot re-stride the padded / outer-major scale tensors that torch checks exactly."""
-    return _cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse)
-
-
-@blockwise_scaled_mm.register_fake
-def _(a_q, a_s, b_q, b_s, b_is_tile, inverse=False):
-    return a_q.new_empty(a_q.shape[0], b_q.shape[0], dtype=torch.bfloat16)
-
-
 def _blockwise_uses_scaled_mm(t: torch.Tensor, emulate: bool) -> bool:
     """Where the blockwise GEMMs run on cuBLAS (F.scaled_mm) rather than dequantized in fp32. One function so
     tests/cpu/test_float8_blockwise_layout.py can force the cuBLAS path on CPU and check its arguments."""
@@ -327,7 +257,9 @@ def _blockwise_gemm(a_q, a_s, b_q, b_s, b_is_tile: bool, emulate: bool, out_dtyp
         a = dequantize_1x128(a_q, a_s)
         b = dequantize_128x128(b_q, b_s) if b_is_tile else dequantize_1x128(b_q, b_s)
         return (a @ b.t()).to(out_dtype)
-    return blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse).to(out_dtype)
+    if a_q.is_cuda and not torch.compiler.is_compiling():  # traced: picked before, by prepare_backend
+        cublas_blockwise.load_backend()
+    return cublas_blockwise.blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse).to(out_dtype)
 
 
 def _uses_triton_quantizers(t: torch.Tensor, emulate: bool) -> bool:
@@ -380,8 +312,8 @@ def _mx128_weight_from_gathered(w: Float8GatheredWeight, g=None):
     _check_gathered(w, BLOCK_K, "mxfp8 mx128")
     f = e8m0_to_fp32(w._scale)
     if g is None:
-        return w._data, _pad_tile_factors(f)
-    return _transpose_in_backward(w._data, g), _pad_tile_factors(f.t())
+        return w._data, cublas_blockwise.pad_tile_factors(f)
+    return _transpose_in_backward(w._data, g), cublas_blockwise.pad_tile_factors(f.t())
 
 
 # mx128: grad-weight's x^T operand as 128x128 tiles (128 tokens x 128 features share a scale) rather than 1x128
@@ -686,6 +618,14 @@ class Float8Linear(nn.Linear):
             new._register_state_dict_hook(_plain_weight_in_state_dict)
             new.register_load_state_dict_post_hook(_drop_scale_cache)
         return new
+
+    def prepare_backend(self, device) -> None:
+        """Pick, eagerly, the kernel of the cuBLAS blockwise op (titan_fp8::blockwise_scaled_mm: the C++ one, built
+        at first use, unless TITAN_FP8_BLOCKWISE_MM says otherwise) for the recipes that call it on CUDA. parallelize
+        calls it before torch.compile, which must not trace the build."""
+        c = self.float8_config
+        if torch.device(device).type == "cuda" and not c.emulate and (c.recipe_name == "blockwise" or c.mx128_linear):
+            cublas_blockwise.load_backend()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = float8_linear(x, self.weight, self.float8_config, self._mm_config)
