@@ -25,7 +25,6 @@ import hashlib
 import logging
 import os
 import shutil
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -123,16 +122,24 @@ def _python_cuda_kernel(a_q, a_s, b_q, b_s, b_is_tile, inverse=False):
     return cublas_blockwise_mm(a_q, a_s, b_q, b_s, b_is_tile, inverse)
 
 
-# The Python CUDA kernel in a Library of its own: once the C++ library is loaded (its kernel registered over this
-# one), load_cpp() drops this registration and the C++ kernel is the op's CUDA kernel.
-_PY_CUDA = [torch.library.Library("titan_fp8", "IMPL")]
-_PY_CUDA[0].impl("blockwise_scaled_mm", _python_cuda_kernel, "CUDA")
+# The Python CUDA kernel in a Library of its own: load_cpp() drops it just before the C++ library registers its
+# kernel, and registers it again (a new Library) when the build fails.
+_PY_CUDA: list = [None]
+
+
+def _register_python_cuda_kernel() -> None:
+    lib = torch.library.Library("titan_fp8", "IMPL")
+    lib.impl("blockwise_scaled_mm", _python_cuda_kernel, "CUDA")
+    _PY_CUDA[0] = lib
 
 
 def _drop_python_cuda_kernel() -> None:
     if _PY_CUDA[0] is not None:
         _PY_CUDA[0]._destroy()
         _PY_CUDA[0] = None
+
+
+_register_python_cuda_kernel()
 
 
 def blockwise_scaled_mm(a_q, a_s, b_q, b_s, b_is_tile: bool, inverse: bool = False) -> torch.Tensor:
@@ -177,18 +184,19 @@ def load_cpp(src: str = SRC) -> str:
                                                                          "titan_fp8")
     build_dir = os.path.join(root, f"blockwise_mm_{digest}")
     os.makedirs(build_dir, exist_ok=True)
+    had_python = _PY_CUDA[0] is not None
+    _drop_python_cuda_kernel()  # before the library registers its kernel (no "overriding a kernel" warning)
     try:
-        with warnings.catch_warnings():  # loading it overrides the Python CUDA kernel, dropped right after
-            warnings.filterwarnings("ignore", message=".*Overriding a previously registered kernel")
-            cpp_extension.load(name="titan_fp8_blockwise_mm", sources=[src], extra_cflags=["-O2", "-std=c++17"],
-                               build_directory=build_dir, is_python_module=False,
-                               verbose=os.environ.get("TITAN_FP8_CUTLASS_VERBOSE") == "1")
+        cpp_extension.load(name="titan_fp8_blockwise_mm", sources=[src], extra_cflags=["-O2", "-std=c++17"],
+                           build_directory=build_dir, is_python_module=False,
+                           verbose=os.environ.get("TITAN_FP8_CUTLASS_VERBOSE") == "1")
     except Exception as e:  # torch raises RuntimeError / OSError / ImportError / CalledProcessError here
+        if had_python:
+            _register_python_cuda_kernel()  # back as it was
         msg = str(e).strip().splitlines()
         raise BlockwiseBindingUnavailable(f"building the C++ blockwise_scaled_mm kernel failed "
                                           f"({type(e).__name__}): {msg[-1] if msg else ''} (build dir {build_dir}; "
                                           f"TITAN_FP8_CUTLASS_VERBOSE=1 shows the compiler's output)") from e
-    _drop_python_cuda_kernel()
     want = [int(F.ScalingType.BlockWise1x128.value), int(F.ScalingType.BlockWise128x128.value)]
     got = list(torch.ops.titan_fp8.blockwise_scaled_mm_recipes())
     if got != want:  # the C++ enum and torch's Python one disagree: this torch differs from the headers

@@ -70,6 +70,13 @@ def test_cpp_layouts_equal_the_python_twin(cpp, M, K, N, b_is_tile, inverse):
         assert got[2].data_ptr() == a_s.data_ptr() and got[3].data_ptr() == b_s.data_ptr()
 
 
+def test_cpp_kernel_is_the_ops_cuda_kernel(cpp):
+    """Once loaded, the op's one CUDA kernel is the library's (the Python one was dropped, not overridden)."""
+    dump = torch._C._dispatch_dump("titan_fp8::blockwise_scaled_mm")
+    cuda = [line for line in dump.splitlines() if line.startswith("CUDA:")]
+    assert len(cuda) == 1 and "blockwise_mm.cpp" in cuda[0], dump
+
+
 def test_cpp_recipes_are_torchs(cpp):
     got = list(torch.ops.titan_fp8.blockwise_scaled_mm_recipes())
     assert got == [int(F.ScalingType.BlockWise1x128.value), int(F.ScalingType.BlockWise128x128.value)]
@@ -108,6 +115,7 @@ def test_failed_build_is_one_line(monkeypatch, fresh_state, tmp_path):
     with pytest.raises(cb.BlockwiseBindingUnavailable) as e:
         cb.load_cpp(str(bad))
     assert "\n" not in str(e.value) and "building the C++ blockwise_scaled_mm kernel failed" in str(e.value)
+    assert torch._C._dispatch_has_kernel_for_dispatch_key("titan_fp8::blockwise_scaled_mm", "CUDA")
 
 
 def test_switch_names_a_bad_value(monkeypatch, fresh_state):
