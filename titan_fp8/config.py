@@ -151,10 +151,6 @@ class ActivationCheckpoint:
 @dataclass(frozen=True)
 class Compile:
     enable: bool = False
-    # inductor's C++ wrapper: each compiled graph launches its kernels from generated C++ instead of Python (less
-    # host time a step, for the host-paced float8 steps; a longer first compile: the wrapper is built with the host
-    # compiler). torch.compile(options={"cpp_wrapper": True}).
-    cpp_wrapper: bool = False
 
 
 @dataclass(frozen=True)

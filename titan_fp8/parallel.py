@@ -237,8 +237,7 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
             # the compiled region. The "_orig_mod." it adds to names is stripped by DCP's state_dict helpers,
             # like checkpoint_wrapper's prefix. fullgraph stays off: a graph break costs a little speed,
             # an error would cost the run; the trainer logs the graph-break count after step 1.
-            options = {"cpp_wrapper": True} if job_config.compile.cpp_wrapper else None
-            block = torch.compile(block, options=options)
+            block = torch.compile(block)
         model.layers[name] = block
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if on_gpu else None

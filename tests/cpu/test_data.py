@@ -143,3 +143,26 @@ def test_validation_batches_do_not_depend_on_the_run_seed():
         assert torch.equal(val[0].next_batch()[0], val[1].next_batch()[0])
     assert val[0].seed == D.VALIDATION_SEED
     assert not torch.equal(train[0].next_batch()[0], train[1].next_batch()[0])  # the training order does
+
+
+def test_pinned_stager_reuses_its_buffers_in_turn():
+    """The bookkeeping on CPU (pin=False, no events): each batch arrives with its values, the `slots` buffer sets
+    are reused in turn with no new allocation, a new batch shape allocates its slot again, and fewer than two
+    slots is refused."""
+    import torch
+
+    from titan_fp8.train.data import PinnedStager
+    stager = PinnedStager(slots=3, pin=False)
+    gen = torch.Generator().manual_seed(0)
+    seen = []
+    for step in range(7):
+        rows = torch.randint(0, 1000, (2, 9), generator=gen)
+        inputs, labels = rows[:, :-1], rows[:, 1:]  # overlapping views, as next_batch returns them
+        got = stager.to_device(torch.device("cpu"), inputs, labels)
+        assert torch.equal(got[0], inputs) and torch.equal(got[1], labels) and got[0].is_contiguous()
+        seen.append(got[0].data_ptr())
+    assert stager.allocations == 6 and seen[:4] == [seen[0], seen[1], seen[2], seen[0]] and len(set(seen)) == 3
+    stager.to_device(torch.device("cpu"), torch.zeros(3, 8, dtype=torch.long), torch.zeros(3, 8, dtype=torch.long))
+    assert stager.allocations == 8  # the slot in turn got buffers of the new shape
+    with pytest.raises(ValueError, match="slots=1"):
+        PinnedStager(slots=1)

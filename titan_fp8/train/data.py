@@ -228,3 +228,41 @@ def build_loader(dataset: str, seq_len: int, local_batch_size: int, dp_rank: int
     if split == "validation":
         seed = VALIDATION_SEED  # every run scores the same held-out windows, whatever its seed
     return TokenLoader(chosen, local_batch_size, dp_rank, dp_world, seed, source, vocab_size)
+
+
+class PinnedStager:
+    """Host batches to the GPU through pinned buffers allocated once: `slots` sets used in turn, each refilled
+    (a host copy) only after the GPU has finished reading it (an event recorded after its copies), then copied
+    to the device without blocking the host. Why: `Tensor.pin_memory()` each step allocates pinned memory and
+    first asks the driver whether the source is pinned; in a profiled llama_moe step on an H100 host that
+    `aten::is_pinned` took 1.5 ms a call (benchmarks/results/issue10_s34/NOTE.md), host time on the critical
+    path of a host-paced float8 step. `pin`: False only for CPU tests of the bookkeeping (no CUDA: plain
+    buffers, no events)."""
+
+    def __init__(self, slots: int = 3, pin: bool = True):
+        if slots < 2:
+            raise ValueError(f"PinnedStager: slots={slots}; need at least 2 (one can be in flight)")
+        self.slots: list = [None] * slots  # per slot: the buffers of the last batch staged there
+        self._events: list = [None] * slots
+        self._next = 0
+        self._pin = pin
+        self.allocations = 0  # buffers allocated so far (a new batch shape or dtype allocates its slot's again)
+
+    def to_device(self, device: torch.device, *tensors: torch.Tensor) -> list:
+        i = self._next
+        self._next = (i + 1) % len(self.slots)
+        if self._events[i] is not None:
+            self._events[i].synchronize()  # the copies out of this slot `slots` batches ago (long finished)
+        bufs = self.slots[i]
+        if bufs is None or [(b.shape, b.dtype) for b in bufs] != [(t.shape, t.dtype) for t in tensors]:
+            bufs = [torch.empty(t.shape, dtype=t.dtype, pin_memory=self._pin) for t in tensors]
+            self.slots[i] = bufs
+            self.allocations += len(bufs)
+        out = []
+        for buf, t in zip(bufs, tensors):
+            buf.copy_(t)
+            out.append(buf.to(device, non_blocking=True))
+        if torch.device(device).type == "cuda":
+            self._events[i] = torch.cuda.Event()
+            self._events[i].record()
+        return out

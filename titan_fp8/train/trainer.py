@@ -31,7 +31,7 @@ from titan_fp8.config import JobConfig, describe
 from titan_fp8.config import ConfigError
 from titan_fp8.parallel import build_mesh, parallelize
 from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, latest_step
-from titan_fp8.train.data import build_loader
+from titan_fp8.train.data import PinnedStager, build_loader
 from titan_fp8.train.garbage import GarbageCollection
 from titan_fp8.train.gpu_lag import GpuLag
 from titan_fp8.train.metrics import MetricsLogger
@@ -274,6 +274,7 @@ def run(cfg: JobConfig, log=print) -> dict:
     # saves, the profiler's export) is left out of the step after it.
     t_issued = time.perf_counter()
     not_training = 0.0
+    stager = PinnedStager() if device.type == "cuda" else None
     for step in range(start_step + 1, t.steps + 1):
         collector.step(step)
         lag.mark(step)
@@ -282,9 +283,8 @@ def run(cfg: JobConfig, log=print) -> dict:
         profiler.begin(step)  # [profiling]: one step in every profile_freq
         t_data = time.perf_counter()
         inputs, labels = data.next_batch()
-        if device.type == "cuda":
-            inputs = inputs.pin_memory().to(device, non_blocking=True)
-            labels = labels.pin_memory().to(device, non_blocking=True)
+        if stager is not None:
+            inputs, labels = stager.to_device(device, inputs, labels)
         data_wait = time.perf_counter() - t_data
 
         logits = model(inputs)
