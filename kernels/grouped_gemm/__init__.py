@@ -50,6 +50,8 @@ implementations, so torch.compile and FSDP2 trace through them. References: refe
 Operands with shared scales: quant.py (plain PyTorch, any device) and quant_triton.py (one read, GPU;
 under torch.compile the triton op titan_fp8::mxfp8_blocked_rowcol_traced), bit-identical to each other; the
 fused x / dO copies on sm_90 through quant_cuda.py's CUDA kernel (quant_triton's TITAN_FP8_ROWCOL_QUANT switch).
+The dense mx128 / blockwise GEMMs of the Linears run on cuBLAS through cublas_blockwise.py's op
+(titan_fp8::blockwise_scaled_mm, a C++ CUDA kernel; switch TITAN_FP8_BLOCKWISE_MM).
 """
 
 from __future__ import annotations
