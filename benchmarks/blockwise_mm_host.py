@@ -25,19 +25,8 @@ import torch
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from benchmarks.host_overhead_probe import host_us  # noqa: E402
 from benchmarks.results_json import write_results  # noqa: E402
-
-
-def host_us(fn, calls):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    host = (time.perf_counter() - t0) / calls * 1e6
-    torch.cuda.synchronize()
-    return host, (time.perf_counter() - t0) / calls * 1e6
 
 
 def per_call(calls):
