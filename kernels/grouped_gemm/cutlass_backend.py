@@ -56,8 +56,9 @@ GRAN = 128  # the one granularity these kernels serve (1x128 activations, 128x12
 #     long tiles on a few CTAs; "cooperative_n256_2x1" = cooperative with 128x256x128 tiles (each k-block's
 #     partial formed one 128-column half at a time, so the registers are those of a 128x192 tile) and a 2x1
 #     cluster (weight tiles multicast to two row tiles), same bits as the 128x128 kernels;
-#     "cooperative_lpt_n256_2x1" = those tiles and cluster with the dynamic scheduler of "cooperative_lpt" (its
-#     fp32-output build stores through 128x16 epilogue sub-tiles; grouped_problem.h);
+#     "cooperative_lpt_n256_2x1" = those tiles and cluster with the dynamic scheduler of "cooperative_lpt"; both
+#     128x256 kernels store their output one consumer warpgroup at a time (64-row sub-tiles, no barrier across
+#     the warpgroups; grouped_problem.h);
 #   along_m / along_n: the order in which the persistent scheduler walks a group's output tiles. Left out: along
 #     the dimension with FEWER tiles per group (along N when a group's output has more 128-row tiles than
 #     128-column tiles), so each wave of CTAs re-reads the smaller operand (the one the long side walks)

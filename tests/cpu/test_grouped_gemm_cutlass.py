@@ -321,3 +321,30 @@ def test_schedules_for_env_is_what_the_cxx_ops_launch_with():
     assert mixed[0] == (3, 1) and mixed[1] == unset[1] and mixed[2] == (4, 0)
     with pytest.raises(ValueError, match="kernel 'fast' unknown"):
         cb.schedules_for_env("dgrad=fast")
+
+
+def test_default_kernel_builds_for_sm90a_without_spills_or_generic_stores(tmp_path):
+    """The default kernel (cooperative_lpt_n256_2x1, bf16 output) compiles for sm_90a with no spills and no stack
+    frame, and its per-warpgroup epilogue (blockwise_grouped.cuh WarpgroupStoreEpilogue) writes its output buffers
+    with shared-memory stores: a first version stored through generic pointers (ST.E, 64-bit addresses), which
+    also spilled. Needs nvcc and the CUTLASS headers (the `gpu` extra); skipped without them."""
+    import re
+    import subprocess
+    import triton
+    try:
+        include, nvcc = cb.cutlass_include_dir(), cb.nvcc_path()
+    except cb.CutlassUnavailable as e:
+        pytest.skip(str(e))
+    cubin = tmp_path / "k.cubin"
+    out = subprocess.run([nvcc, "-O3", "-std=c++17", "--expt-relaxed-constexpr", "-DNDEBUG",
+                          "-gencode=arch=compute_90a,code=sm_90a", "-I", cb.SRC_DIR, "-I", include, "-cubin", "-o",
+                          str(cubin), os.path.join(cb.SRC_DIR, "blockwise_grouped_bf16_cooplptn256x2.cu"),
+                          "-Xptxas", "-v"], capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    gemm = out.stderr[out.stderr.index("device_kernel"):]  # ptxas's lines for the GEMM (after the prep kernel's)
+    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", gemm)
+    assert spills and spills.groups() == ("0", "0", "0"), gemm[:2000]
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    sass = subprocess.run([cuobjdump, "-sass", str(cubin)], capture_output=True, text=True, timeout=300).stdout
+    assert "UTMASTG" in sass and "QGMMA" in sass, sass[:2000]
+    assert not re.search(r"\bST\.E\b", sass), "generic stores in the GEMM kernel"

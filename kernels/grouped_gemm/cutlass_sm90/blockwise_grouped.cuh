@@ -272,6 +272,129 @@ struct ReleaseOnWaitMainloop : Base {
   CUTLASS_DEVICE void mma_tail(MainloopPipeline, PipelineState, int) {}
 };
 
+// The wide kernels' epilogue: each consumer warpgroup stores its own 64 rows (session 36). CUTLASS's cooperative
+// epilogue stores 128x32 sub-tiles that hold rows of both warpgroups: every sub-tile costs two barriers over all 256
+// consumer threads, so the two warpgroups leave the tensor cores together and come back together, a pause per tile
+// that weighs most where a tile has few k-blocks (session 33's ncu: tensor pipe 72% busy at 16 k-blocks a tile, 82%
+// at 56). Here a warpgroup converts its rows into two 64xEN buffers of its own (EN = 32 bf16 / 16 fp32 columns; the
+// TMA box is the EpilogueTile, built as 64xEN) and syncs only its own 128 threads, so one warpgroup can go on to the
+// next tile's wgmmas while the other still stores. Same shared memory as CUTLASS's two 128xEN buffers (4 x 4 KB),
+// same values and conversion (round to nearest; CUTLASS's LinearCombination with alpha 1, beta 0): same bits.
+// Kernels +0.1 to +3.3% in 18 of 18 cells, most where the reduction is 2048 deep (benchmarks/results/issue10_s36/).
+// Measured and dropped: warpgroup 1 held 600 or 1500 cycles behind warpgroup 0 at each tile start (17-20% slower).
+// -DTITAN_MX_EPI_CUTLASS builds CUTLASS's epilogue instead (benchmarks time the two side by side).
+template <class Base>
+struct WarpgroupStoreEpilogue : Base {
+  using Params = typename Base::Params;
+  using EpilogueTile = typename Base::EpilogueTile;
+  using CtaTileMNK = typename Base::CtaTileMNK;
+  using SmemElementD = typename Base::ElementD;
+  using LoadPipeline = typename Base::LoadPipeline;
+  using LoadPipelineState = typename Base::LoadPipelineState;
+  using StorePipeline = typename Base::StorePipeline;
+  using StorePipelineState = typename Base::StorePipelineState;
+  using TensorMapStorage = typename Base::TensorMapStorage;
+  using Policy = typename Base::DispatchPolicy;
+  static constexpr int kEpiN = cute::size<1>(EpilogueTile{});
+  // the base's (private) output buffers: its swizzle atom tiled over (64, EN, two buffers), as the TMA box expects
+  using SmemLayoutD = decltype(cute::tile_to_shape(typename Base::SmemLayoutAtomD{},
+                                                   cute::make_shape(cute::_64{}, cute::Int<kEpiN>{}, cute::_2{}),
+                                                   cute::Step<cute::_1, cute::_2, cute::_3>{}));
+  static constexpr size_t kSmemAlignD = cutlass::detail::alignment_for_swizzle(SmemLayoutD{});
+  static_assert(cute::size<0>(EpilogueTile{}) == 64 && cute::size<0>(CtaTileMNK{}) == 128,
+                "a warpgroup stores its 64 rows of a 128-row tile");
+  static_assert(Policy::StagesD == 2 && !Policy::ReuseSmemC && !Policy::DelayTmaStore &&
+                    cute::is_void_v<typename Base::ElementC>,
+                "written for two output buffers and no source operand");
+  static_assert(kEpiN % 8 == 0 && cute::size<1>(CtaTileMNK{}) % kEpiN == 0, "sub-tiles of whole 8-column chunks");
+  static constexpr int kSubTiles = cute::size<1>(CtaTileMNK{}) / kEpiN;
+  static_assert(kSubTiles % 2 == 0, "each tile ends on the second buffer");
+  static_assert(sizeof(typename Base::TensorStorage) >= sizeof(SmemElementD) * cute::cosize_v<SmemLayoutD>,
+                "the base's buffers are warpgroup 0's");
+
+  struct TensorStorage {
+    typename Base::TensorStorage base;  // the fusion's storage and warpgroup 0's two buffers
+    alignas(kSmemAlignD) cute::ArrayEngine<SmemElementD, cute::cosize_v<SmemLayoutD>> smem_D1;
+  };
+
+  CUTLASS_HOST_DEVICE WarpgroupStoreEpilogue(Params const& params, TensorStorage& shared)
+      : Base(params, shared.base), params_(params) {}
+
+  // no source operand (ElementC void): the kernel's epilogue load warp never loads; this only has to compile
+  template <class... Args>
+  CUTLASS_DEVICE LoadPipelineState load(LoadPipeline, LoadPipelineState load_pipe_producer_state, Args&&...) {
+    return load_pipe_producer_state;
+  }
+
+  template <class ProblemShapeMNKL, class TileShapeMNK, class TileCoordMNKL, class AccEngine, class AccLayout,
+            class TiledMma, class TensorMapD>
+  CUTLASS_DEVICE auto store(LoadPipeline, LoadPipelineState load_pipe_consumer_state, StorePipeline,
+                            StorePipelineState store_pipe_producer_state, ProblemShapeMNKL problem_shape_mnkl,
+                            TileShapeMNK, TileCoordMNKL tile_coord_mnkl, cute::Tensor<AccEngine, AccLayout> accumulators,
+                            TiledMma, int thread_idx, TensorStorage& shared, TensorMapD const& store_tensormap,
+                            int = -1) {
+    using namespace cute;
+    static_assert(size(TiledMma{}) == 256, "two consumer warpgroups");
+    static_assert(decltype(size(accumulators))::value == cute::size<1>(CtaTileMNK{}) / 2,
+                  "a thread's share of a 64-row slab: (value pair, row half, 8-column chunk)");
+    auto [M, N, K, L] = problem_shape_mnkl;
+    auto [m_coord, n_coord, k_coord, l_coord] = tile_coord_mnkl;
+    // the MMA's warpgroup (thread_idx is the kernel's mma_thread_idx): rows 64 wg .. 64 wg + 63 of the tile
+    const int wg = thread_idx / cutlass::NumThreadsPerWarpGroup;
+    const int t = thread_idx % cutlass::NumThreadsPerWarpGroup;
+    Tensor mD = params_.tma_store_d.get_tma_tensor(append<3>(make_shape(M, N), Int<1>{}));  // (M, N, L)
+    Tensor gD = local_tile(coalesce(mD, take<0, 2>(CtaTileMNK{})), take<0, 2>(CtaTileMNK{}),
+                           append<3>(make_shape(m_coord, n_coord), Int<0>{}));  // (CTA_M, CTA_N)
+    Tensor gD_epi = flat_divide(gD, EpilogueTile{});  // (64, EN, 2, CTA_N / EN)
+    SmemElementD* buf = wg == 0 ? shared.base.collective.smem_D.begin() : shared.smem_D1.begin();
+    // the swizzle in the layout (the buffers are aligned to its period), so sD.layout() gives element offsets
+    Tensor sD = as_position_independent_swizzle_tensor(make_tensor(make_smem_ptr(buf), SmemLayoutD{}));  // (64,EN,2)
+    const uint32_t sD_addr = cast_smem_ptr_to_uint(buf);
+    ThrCopy s2g = params_.tma_store_d.get_slice(Int<0>{});
+    Tensor bSG_sD = s2g.partition_S(sD);
+    Tensor bSG_gD = s2g.partition_D(gD_epi);
+    const bool issuer = (t / cutlass::NumThreadsPerWarp) == 0 && cute::elect_one_sync();
+    auto wg_sync = [&] { cutlass::arch::NamedBarrier::sync(cutlass::NumThreadsPerWarpGroup, wg); };
+    // the m64nN accumulator fragment: value 4 j + 2 h + p is row r0 + 8 h, column 8 j + c0 + p
+    const int lane = t % cutlass::NumThreadsPerWarp;
+    const int r0 = 16 * (t / cutlass::NumThreadsPerWarp) + lane / 4;
+    const int c0 = 2 * (lane % 4);
+    constexpr int kChunks = kEpiN / 8;
+    CUTLASS_PRAGMA_UNROLL
+    for (int s = 0; s < kSubTiles; ++s) {
+      const int b = s % 2;
+      CUTLASS_PRAGMA_UNROLL
+      for (int j = 0; j < kChunks; ++j) {
+        CUTLASS_PRAGMA_UNROLL
+        for (int h = 0; h < 2; ++h) {
+          const int v = 4 * (s * kChunks + j) + 2 * h;
+          // the pair shares one 16-byte swizzle unit: one shared-memory store
+          const uint32_t dst = sD_addr + uint32_t(sizeof(SmemElementD)) * uint32_t(sD.layout()(r0 + 8 * h, 8 * j + c0, b));
+          if constexpr (cute::is_same_v<SmemElementD, float>) {
+            asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(accumulators(v)), "f"(accumulators(v + 1)));
+          } else {
+            static_assert(cute::is_same_v<SmemElementD, cutlass::bfloat16_t>, "bf16 or fp32 output");
+            __nv_bfloat162 pair = __floats2bfloat162_rn(accumulators(v), accumulators(v + 1));  // round to nearest
+            asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst), "r"(*reinterpret_cast<uint32_t*>(&pair)));
+          }
+        }
+      }
+      cutlass::arch::fence_view_async_shared();  // the writes, visible to the TMA unit
+      wg_sync();
+      if (issuer) {
+        copy(params_.tma_store_d.with(store_tensormap), bSG_sD(_, _, _, b), bSG_gD(_, _, _, wg, s));
+        tma_store_arrive();
+        tma_store_wait<1>();  // the store from the other buffer has read it: it can be written again
+      }
+      wg_sync();
+    }
+    return cute::make_tuple(load_pipe_consumer_state, store_pipe_producer_state);
+  }
+
+ private:
+  Params const& params_;  // the base keeps its own private
+};
+
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 inline size_t align_up(size_t x) { return (x + 255) & ~size_t(255); }
 
@@ -494,16 +617,33 @@ struct BlockwiseGrouped {
   using LayoutSFA = decltype(ScaleConfig::deduce_layoutSFA());
   using LayoutSFB = decltype(ScaleConfig::deduce_layoutSFB());
 
-  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
-      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      // (kCoopLptN256x2 with fp32 output: 128x16 sub-tiles; on 128x192 tiles they made room for a fifth mainloop
-      // stage, session 22; grouped_problem.h)
+#ifdef TITAN_MX_EPI_CUTLASS
+  static constexpr bool kEpiWg = false;
+#else
+  static constexpr bool kEpiWg = kWide && kWideN == 256;  // WarpgroupStoreEpilogue: 64x32 (bf16) / 64x16 (fp32)
+#endif
+  static constexpr int kEpiWgN = cute::is_same_v<ElementD, float> ? 16 : 32;  // 4 KB sub-tiles either way
+  using EpiTile = cute::conditional_t<
+      kEpiWg, cute::Shape<cute::_64, cute::Int<kEpiWgN>>,
+      // (-DTITAN_MX_EPI_CUTLASS, or the 128x192 tiles: CUTLASS's epilogue; kCoopLptN256x2 with fp32 output on
+      // 128x16 sub-tiles, which made room for a fifth mainloop stage on 128x192 tiles, session 22; grouped_problem.h)
       cute::conditional_t<Sched == kCoopLptN256x2 && cute::is_same_v<ElementD, float>,
-                          cute::Shape<cute::_128, cute::_16>, cutlass::epilogue::collective::EpilogueTileAuto>,
-      float, float,
-      void, LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD,
-      EpiSchedule,
-      cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>>::CollectiveOp;
+                          cute::Shape<cute::_128, cute::_16>, cutlass::epilogue::collective::EpilogueTileAuto>>;
+  using Fusion = cutlass::epilogue::fusion::LinearCombination<ElementD, float, void, float>;
+  // CUTLASS's builder takes 128-row sub-tiles only for cooperative kernels; the 64-row ones are built from its parts
+  // with the policy it would pick (4 / 2 buffers, 256 threads share a sub-tile's fragment, no smem reuse, no delay)
+  using EpiWgPolicy = cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<
+      4, 2, 64 * kEpiWgN / 256, false, false, EpiSchedule::NumEpilogueWarpGroups>;
+  using CutlassEpilogue = typename cute::conditional_t<
+      kEpiWg,
+      cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<TileShape, EpiTile, float, float, void, LayoutD*,
+                                                                kAlignD, ElementD, LayoutD*, kAlignD, Fusion,
+                                                                EpiWgPolicy>,
+      cutlass::epilogue::collective::CollectiveBuilder<
+          cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape, EpiTile, float, float, void,
+          LayoutD*, kAlignD, ElementD, LayoutD*, kAlignD, EpiSchedule, Fusion>>::CollectiveOp;
+  using CollectiveEpilogue =
+      cute::conditional_t<kEpiWg, WarpgroupStoreEpilogue<CutlassEpilogue>, CutlassEpilogue>;
 
   using CutlassMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp,
@@ -511,7 +651,9 @@ struct BlockwiseGrouped {
       ElementB, cute::tuple<LayoutB*, LayoutSFB*>, kAlignAB,
       float, TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+          static_cast<int>(sizeof(typename CutlassEpilogue::SharedStorage) +
+                           sizeof(typename CollectiveEpilogue::TensorStorage) -
+                           sizeof(typename CutlassEpilogue::TensorStorage))>,
       MainSchedule>::CollectiveOp;
 #ifdef TITAN_MX_RELEASE_LATE
   using CollectiveMainloop = CutlassMainloop;
@@ -669,15 +811,35 @@ struct BlockwiseGrouped {
 
 }  // namespace titan_mx
 
+// -DTITAN_MX_ONLY_DEFAULT_KERNEL (variant builds for A/B timing, cutlass_backend.load_variant): only the default
+// kernel (cooperative_lpt_n256_2x1) is instantiated; the others' entry points return an error and compile in seconds.
+#ifdef TITAN_MX_ONLY_DEFAULT_KERNEL
+constexpr bool kBuildAllKernels = false;
+#else
+constexpr bool kBuildAllKernels = true;
+#endif
+namespace titan_mx {
+template <class Element, int Sched>
+size_t scratch_bytes_entry(const GroupedProblem& p, int sm_count) {
+  if constexpr (kBuildAllKernels || Sched == kCoopLptN256x2) return BlockwiseGrouped<Element, Sched>::scratch_bytes(p, sm_count);
+  else return 0;
+}
+template <class Element, int Sched>
+const char* run_entry(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count, cudaStream_t s) {
+  if constexpr (kBuildAllKernels || Sched == kCoopLptN256x2) return BlockwiseGrouped<Element, Sched>::run(p, scratch, bytes, sm_count, s);
+  else return "this kernel is not built in a -DTITAN_MX_ONLY_DEFAULT_KERNEL variant";
+}
+}  // namespace titan_mx
+
 // One (output dtype, kernel) pair per translation unit (blockwise_grouped_<DT>_<TU>.cu), so the build compiles
 // them in parallel; these are the entry points grouped_problem.h declares.
 #define TITAN_MX_INSTANTIATE(DT, ELEMENT, TU, SCHED)                                                        \
   namespace titan_mx {                                                                                       \
   size_t scratch_bytes_##DT##_##TU(const GroupedProblem& p, int sm_count) {                                  \
-    return BlockwiseGrouped<ELEMENT, SCHED>::scratch_bytes(p, sm_count);                                     \
+    return scratch_bytes_entry<ELEMENT, SCHED>(p, sm_count);                                                 \
   }                                                                                                          \
   const char* run_##DT##_##TU(const GroupedProblem& p, void* scratch, size_t bytes, int sm_count,            \
                               cudaStream_t s) {                                                              \
-    return BlockwiseGrouped<ELEMENT, SCHED>::run(p, scratch, bytes, sm_count, s);                            \
+    return run_entry<ELEMENT, SCHED>(p, scratch, bytes, sm_count, s);                                        \
   }                                                                                                          \
   }

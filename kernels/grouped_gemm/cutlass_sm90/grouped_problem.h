@@ -61,10 +61,13 @@ struct GroupedProblem {
 //                 (benchmarks/results/issue10_n192_s19/)
 //   kCoopLptN256x2 kCoopN256x2's tiles and 2x1 cluster with kCoopLpt's dynamic scheduler (the scheduler needs the
 //                 two CTAs of a cluster on consecutive linear tile indices, which CUTLASS's grid gives for a 2x1
-//                 cluster under both raster orders, as for 1x2); the default for every pass. Its fp32-output build
-//                 stores through 128x16 epilogue sub-tiles instead of CUTLASS's automatic 128x32 (session 22, on
-//                 the 128x192 tiles: the smaller buffer made room for a fifth stage, wgrad +0.6 to +3.9%; the
-//                 bf16-output kernels keep 128x32: with 128x16 they ran 3-9% slower)
+//                 cluster under both raster orders, as for 1x2); the default for every pass.
+// Both 128x256 kernels store their output one consumer warpgroup at a time (blockwise_grouped.cuh
+// WarpgroupStoreEpilogue: each warpgroup its own 64 rows through 64x32 bf16 / 64x16 fp32 sub-tiles, its own two
+// buffers and 128-thread barriers; session 36, +0.1 to +3.3% over CUTLASS's 128x32 sub-tiles shared by both
+// warpgroups, same bits). -DTITAN_MX_EPI_CUTLASS builds CUTLASS's epilogue instead: 128x32 sub-tiles, and for
+// kCoopLptN256x2's fp32 output 128x16 ones (session 22, on the 128x192 tiles: the smaller buffer made room for a
+// fifth stage, wgrad +0.6 to +3.9%; bf16 output with 128x16 ran 3-9% slower).
 enum Schedule : int {
   kCooperative = 0, kPingpong = 1, kCoop2x1 = 2, kCoop1x1 = 3, kCoopLpt = 4, kCoopN256x2 = 5, kCoopLptN256x2 = 6
 };
