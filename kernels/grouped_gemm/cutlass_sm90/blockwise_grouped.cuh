@@ -280,8 +280,9 @@ struct ReleaseOnWaitMainloop : Base {
 // TMA box is the EpilogueTile, built as 64xEN) and syncs only its own 128 threads, so one warpgroup can go on to the
 // next tile's wgmmas while the other still stores. Same shared memory as CUTLASS's two 128xEN buffers (4 x 4 KB),
 // same values and conversion (round to nearest; CUTLASS's LinearCombination with alpha 1, beta 0): same bits.
-// Kernels +0.1 to +3.3% in 18 of 18 cells, most where the reduction is 2048 deep (benchmarks/results/issue10_s36/).
-// Measured and dropped: warpgroup 1 held 600 or 1500 cycles behind warpgroup 0 at each tile start (17-20% slower).
+// fprop/dgrad 0.98-1.04x over three H100s (faster in 34 of 36 cells, most where the reduction is 2048 deep), wgrad
+// (64 k-blocks a tile) 0.99-1.02x (benchmarks/results/issue10_s36/). Measured and dropped: warpgroup 1 held 600 or
+// 1500 cycles behind warpgroup 0 at each tile start (15-20% slower: the laggard holds stages the other needs).
 // -DTITAN_MX_EPI_CUTLASS builds CUTLASS's epilogue instead (benchmarks time the two side by side).
 template <class Base>
 struct WarpgroupStoreEpilogue : Base {
