@@ -13,6 +13,8 @@
 #   PART=3: the whole op fwd+bwd (quantization included) beside bf16 and torchao fp8 rowwise; then the GPU tests
 #           of the paths that reach the kernels (expert op, gathered MXFP8 weights, grouped GEMMs, MXFP8 Linears).
 # From the repo root:  run(command="PART=1 bash benchmarks/issue10_s36_device_run.sh", carry=[".whl"], timeout_s=600)
+# Session 37 ran it with VARIANTS="b3=-DTITAN_MX_EPI_BUFS=3 o2=-DTITAN_MX_EPI_ONEBAR" / "b2=-DTITAN_MX_EPI_BUFS=2" (three output
+# buffers a warpgroup against two; benchmarks/results/issue10_s37/NOTE.md has the commands).
 source benchmarks/device_env.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv,noheader
 VARIANTS=${VARIANTS:-cut=-DTITAN_MX_EPI_CUTLASS}

@@ -276,14 +276,23 @@ struct ReleaseOnWaitMainloop : Base {
 // epilogue stores 128x32 sub-tiles that hold rows of both warpgroups: every sub-tile costs two barriers over all 256
 // consumer threads, so the two warpgroups leave the tensor cores together and come back together, a pause per tile
 // that weighs most where a tile has few k-blocks (session 33's ncu: tensor pipe 72% busy at 16 k-blocks a tile, 82%
-// at 56). Here a warpgroup converts its rows into two 64xEN buffers of its own (EN = 32 bf16 / 16 fp32 columns; the
-// TMA box is the EpilogueTile, built as 64xEN) and syncs only its own 128 threads, so one warpgroup can go on to the
-// next tile's wgmmas while the other still stores. Same shared memory as CUTLASS's two 128xEN buffers (4 x 4 KB),
-// same values and conversion (round to nearest; CUTLASS's LinearCombination with alpha 1, beta 0): same bits.
-// fprop/dgrad 0.98-1.04x over three H100s (faster in 34 of 36 cells, most where the reduction is 2048 deep), wgrad
-// (64 k-blocks a tile) 0.99-1.02x (benchmarks/results/issue10_s36/). Measured and dropped: warpgroup 1 held 600 or
-// 1500 cycles behind warpgroup 0 at each tile start (15-20% slower: the laggard holds stages the other needs).
-// -DTITAN_MX_EPI_CUTLASS builds CUTLASS's epilogue instead (benchmarks time the two side by side).
+// at 56). Here a warpgroup converts its rows into 64xEN buffers of its own (EN = 32 bf16 / 16 fp32 columns; the TMA box
+// is the EpilogueTile, built as 64xEN) and syncs only its own 128 threads, so one warpgroup can go on to the next
+// tile's wgmmas while the other still stores. Same values and conversion as CUTLASS's (round to nearest; its
+// LinearCombination with alpha 1, beta 0): same bits. fprop/dgrad 0.98-1.04x over three H100s (faster in 34 of 36
+// cells, most where the reduction is 2048 deep), wgrad (64 k-blocks a tile) 0.99-1.02x
+// (benchmarks/results/issue10_s36/).
+// Session 37: three buffers a warpgroup instead of two, used in turn across tiles, and one barrier a sub-tile instead
+// of two. With two, the issuer had to wait for the store it issued one sub-tile earlier to have read its buffer (a TMA
+// round trip per sub-tile) and a second barrier told the others; with three, the store it waits for was issued two
+// sub-tiles back, and the wait goes before the sub-tile's only barrier. 8 KB more shared memory (4 stages still fit). bf16
+// output: fprop/dgrad +0.1 to +1.4% (faster in 35 of 36 cells over three H100s), wgrad neutral; fp32 output (wgrad
+// only, 16 sub-tiles a tile) 0.99-1.00x, so it keeps two (benchmarks/results/issue10_s37/). One barrier with two
+// buffers (the wait then on the store just issued, -DTITAN_MX_EPI_ONEBAR) measured 0.99-1.01x: the round trip is what
+// cost.
+// Measured and dropped: warpgroup 1 held 600 or 1500 cycles behind warpgroup 0 at each tile start (15-20% slower: the
+// laggard holds stages the other needs). -DTITAN_MX_EPI_CUTLASS builds CUTLASS's epilogue instead,
+// -DTITAN_MX_EPI_BUFS=2 session 36's two buffers (benchmarks time them side by side).
 template <class Base>
 struct WarpgroupStoreEpilogue : Base {
   using Params = typename Base::Params;
@@ -297,19 +306,29 @@ struct WarpgroupStoreEpilogue : Base {
   using TensorMapStorage = typename Base::TensorMapStorage;
   using Policy = typename Base::DispatchPolicy;
   static constexpr int kEpiN = cute::size<1>(EpilogueTile{});
-  // the base's (private) output buffers: its swizzle atom tiled over (64, EN, two buffers), as the TMA box expects
+  static constexpr int kBufs = Policy::StagesD;  // a warpgroup's output buffers
+  // the base's (private) output buffers: its swizzle atom tiled over (64, EN, buffers), as the TMA box expects
   using SmemLayoutD = decltype(cute::tile_to_shape(typename Base::SmemLayoutAtomD{},
-                                                   cute::make_shape(cute::_64{}, cute::Int<kEpiN>{}, cute::_2{}),
+                                                   cute::make_shape(cute::_64{}, cute::Int<kEpiN>{}, cute::Int<kBufs>{}),
                                                    cute::Step<cute::_1, cute::_2, cute::_3>{}));
   static constexpr size_t kSmemAlignD = cutlass::detail::alignment_for_swizzle(SmemLayoutD{});
   static_assert(cute::size<0>(EpilogueTile{}) == 64 && cute::size<0>(CtaTileMNK{}) == 128,
                 "a warpgroup stores its 64 rows of a 128-row tile");
-  static_assert(Policy::StagesD == 2 && !Policy::ReuseSmemC && !Policy::DelayTmaStore &&
+  static_assert(kBufs >= 2 && !Policy::ReuseSmemC && !Policy::DelayTmaStore &&
                     cute::is_void_v<typename Base::ElementC>,
-                "written for two output buffers and no source operand");
+                "written for two or more output buffers and no source operand");
+#ifdef TITAN_MX_EPI_ONEBAR
+  static constexpr bool kOneBarrier = true;
+#else
+  static constexpr bool kOneBarrier = kBufs > 2;
+#endif
   static_assert(kEpiN % 8 == 0 && cute::size<1>(CtaTileMNK{}) % kEpiN == 0, "sub-tiles of whole 8-column chunks");
   static constexpr int kSubTiles = cute::size<1>(CtaTileMNK{}) / kEpiN;
-  static_assert(kSubTiles % 2 == 0, "each tile ends on the second buffer");
+  static_assert(kOneBarrier || kSubTiles % 2 == 0, "each tile ends on the second buffer");
+  // a buffer is the next one's offset away: the swizzle's period (at most 1 KB) divides a buffer
+  static constexpr int kBufElems = 64 * kEpiN;
+  static_assert(cute::cosize_v<SmemLayoutD> == kBufs * kBufElems && kBufElems * sizeof(SmemElementD) % 1024 == 0,
+                "buffers side by side, whole swizzle periods");
   static_assert(sizeof(typename Base::TensorStorage) >= sizeof(SmemElementD) * cute::cosize_v<SmemLayoutD>,
                 "the base's buffers are warpgroup 0's");
 
@@ -361,16 +380,15 @@ struct WarpgroupStoreEpilogue : Base {
     const int r0 = 16 * (t / cutlass::NumThreadsPerWarp) + lane / 4;
     const int c0 = 2 * (lane % 4);
     constexpr int kChunks = kEpiN / 8;
-    CUTLASS_PRAGMA_UNROLL
-    for (int s = 0; s < kSubTiles; ++s) {
-      const int b = s % 2;
+    // one sub-tile's values into buffer b (the pair of a thread's values shares one 16-byte swizzle unit)
+    auto write_buffer = [&](int s, int b) {
       CUTLASS_PRAGMA_UNROLL
       for (int j = 0; j < kChunks; ++j) {
         CUTLASS_PRAGMA_UNROLL
         for (int h = 0; h < 2; ++h) {
           const int v = 4 * (s * kChunks + j) + 2 * h;
-          // the pair shares one 16-byte swizzle unit: one shared-memory store
-          const uint32_t dst = sD_addr + uint32_t(sizeof(SmemElementD)) * uint32_t(sD.layout()(r0 + 8 * h, 8 * j + c0, b));
+          const uint32_t dst = sD_addr + uint32_t(sizeof(SmemElementD)) *
+                                             uint32_t(b * kBufElems + sD.layout()(r0 + 8 * h, 8 * j + c0, 0));
           if constexpr (cute::is_same_v<SmemElementD, float>) {
             asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(dst), "f"(accumulators(v)), "f"(accumulators(v + 1)));
           } else {
@@ -381,19 +399,45 @@ struct WarpgroupStoreEpilogue : Base {
         }
       }
       cutlass::arch::fence_view_async_shared();  // the writes, visible to the TMA unit
-      wg_sync();
-      if (issuer) {
-        copy(params_.tma_store_d.with(store_tensormap), bSG_sD(_, _, _, b), bSG_gD(_, _, _, wg, s));
-        tma_store_arrive();
-        tma_store_wait<1>();  // the store from the other buffer has read it: it can be written again
+    };
+    if constexpr (!kOneBarrier) {
+      // two buffers, two barriers a sub-tile: the issuer waits for the other buffer's store after issuing this one's
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kSubTiles; ++s) {
+        const int b = s % 2;
+        write_buffer(s, b);
+        wg_sync();
+        if (issuer) {
+          copy(params_.tma_store_d.with(store_tensormap), bSG_sD(_, _, _, b), bSG_gD(_, _, _, wg, s));
+          tma_store_arrive();
+          tma_store_wait<1>();  // the store from the other buffer has read it: it can be written again
+        }
+        wg_sync();
       }
-      wg_sync();
+    } else {
+      // kBufs buffers in turn over the whole kernel (next_buf_ carries over tiles), one barrier a sub-tile: before it
+      // the issuer waits until at most kBufs - 2 stores are unread, i.e. the store that last used the NEXT sub-tile's
+      // buffer has read it, so after the barrier every thread may write that buffer. With three buffers that store
+      // was issued two sub-tiles back (or a mainloop ago at a tile's start).
+      CUTLASS_PRAGMA_UNROLL
+      for (int s = 0; s < kSubTiles; ++s) {
+        const int b = next_buf_;
+        next_buf_ = b + 1 == kBufs ? 0 : b + 1;
+        write_buffer(s, b);
+        if (issuer) tma_store_wait<kBufs - 2>();
+        wg_sync();
+        if (issuer) {
+          copy(params_.tma_store_d.with(store_tensormap), bSG_sD(_, _, _, b), bSG_gD(_, _, _, wg, s));
+          tma_store_arrive();
+        }
+      }
     }
     return cute::make_tuple(load_pipe_consumer_state, store_pipe_producer_state);
   }
 
  private:
   Params const& params_;  // the base keeps its own private
+  int next_buf_ = 0;      // the buffer of this warpgroup's next sub-tile (kOneBarrier)
 };
 
 inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -624,6 +668,14 @@ struct BlockwiseGrouped {
   static constexpr bool kEpiWg = kWide && kWideN == 256;  // WarpgroupStoreEpilogue: 64x32 (bf16) / 64x16 (fp32)
 #endif
   static constexpr int kEpiWgN = cute::is_same_v<ElementD, float> ? 16 : 32;  // 4 KB sub-tiles either way
+  // 4 KB output buffers a warpgroup (session 37): three for bf16 output (4 stages still fit, 225,792 of 232,448 bytes
+  // of shared memory; fprop/dgrad +0.1 to +1.4%), two for fp32 (its 16 sub-tiles a tile: 0.99-1.00x with three);
+  // -DTITAN_MX_EPI_BUFS=N builds N for both, for A/B timing
+#ifdef TITAN_MX_EPI_BUFS
+  static constexpr int kEpiWgBufs = TITAN_MX_EPI_BUFS;
+#else
+  static constexpr int kEpiWgBufs = cute::is_same_v<ElementD, float> ? 2 : 3;
+#endif
   using EpiTile = cute::conditional_t<
       kEpiWg, cute::Shape<cute::_64, cute::Int<kEpiWgN>>,
       // (-DTITAN_MX_EPI_CUTLASS, or the 128x192 tiles: CUTLASS's epilogue; kCoopLptN256x2 with fp32 output on
@@ -634,7 +686,7 @@ struct BlockwiseGrouped {
   // CUTLASS's builder takes 128-row sub-tiles only for cooperative kernels; the 64-row ones are built from its parts
   // with the policy it would pick (4 / 2 buffers, 256 threads share a sub-tile's fragment, no smem reuse, no delay)
   using EpiWgPolicy = cutlass::epilogue::Sm90PtrArrayTmaWarpSpecialized<
-      4, 2, 64 * kEpiWgN / 256, false, false, EpiSchedule::NumEpilogueWarpGroups>;
+      4, kEpiWgBufs, 64 * kEpiWgN / 256, false, false, EpiSchedule::NumEpilogueWarpGroups>;
   using CutlassEpilogue = typename cute::conditional_t<
       kEpiWg,
       cutlass::epilogue::collective::detail::Sm90TmaBuilderImpl<TileShape, EpiTile, float, float, void, LayoutD*,

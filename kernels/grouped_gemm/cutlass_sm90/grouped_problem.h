@@ -63,9 +63,10 @@ struct GroupedProblem {
 //                 two CTAs of a cluster on consecutive linear tile indices, which CUTLASS's grid gives for a 2x1
 //                 cluster under both raster orders, as for 1x2); the default for every pass.
 // Both 128x256 kernels store their output one consumer warpgroup at a time (blockwise_grouped.cuh
-// WarpgroupStoreEpilogue: each warpgroup its own 64 rows through 64x32 bf16 / 64x16 fp32 sub-tiles, its own two
+// WarpgroupStoreEpilogue: each warpgroup its own 64 rows through 64x32 bf16 / 64x16 fp32 sub-tiles, its own
 // buffers and 128-thread barriers; session 36, +0.1 to +3.3% over CUTLASS's 128x32 sub-tiles shared by both
-// warpgroups, same bits). -DTITAN_MX_EPI_CUTLASS builds CUTLASS's epilogue instead: 128x32 sub-tiles, and for
+// warpgroups, same bits; session 37, three buffers and one barrier a sub-tile for bf16 output, fprop/dgrad +0.1 to
+// +1.4% more). -DTITAN_MX_EPI_CUTLASS builds CUTLASS's epilogue instead: 128x32 sub-tiles, and for
 // kCoopLptN256x2's fp32 output 128x16 ones (session 22, on the 128x192 tiles: the smaller buffer made room for a
 // fifth stage, wgrad +0.6 to +3.9%; bf16 output with 128x16 ran 3-9% slower).
 enum Schedule : int {
