@@ -64,6 +64,11 @@ DEFINITIONS = {
     "host_paced_share": "share of the same steps whose backward began on an idle GPU (rank 0's lag there < 1 ms): "
                         "the host, not the GPU, paced them",
     "speedup_vs_baseline": "tps_per_gpu_median / baseline's tps_per_gpu_median",
+    "tps_per_gpu_aggregate": "the same steps' tokens over their time (sum of tps_per_gpu * step_time_s * "
+                             "window_steps over sum of step_time_s * window_steps): what the run delivered. Where it "
+                             "sits a few % under the median, step times alternate (a slow step, then a fast one: "
+                             "the host blocked at different points), and the median flatters the run",
+    "speedup_aggregate_vs_baseline": "tps_per_gpu_aggregate / baseline's tps_per_gpu_aggregate",
     "mfu_median": "median MFU (active-parameter FLOPs vs the GPU's bf16 dense peak, also for float8)",
     "peak_memory_gib": "max over logged steps of torch.cuda.max_memory_allocated (GiB)",
 }
@@ -367,6 +372,18 @@ def _percentile(values: list, q: float) -> Optional[float]:
     return ordered[round(q * (len(ordered) - 1))]
 
 
+def _aggregate_tps(records: list[dict]) -> Optional[float]:
+    """Tokens per second per GPU over `records` taken together (each record covers window_steps steps)."""
+    tokens = seconds = 0.0
+    for r in records:
+        tps, dt, n = r.get("tps_per_gpu"), r.get("step_time_s"), r.get("window_steps", 1)
+        if not (_finite(tps) and _finite(dt) and _finite(n)) or dt <= 0:
+            return None
+        tokens += tps * dt * n
+        seconds += dt * n
+    return tokens / seconds if seconds else None
+
+
 def run_stats(records: list[dict]) -> dict:
     final_step = records[-1]["step"]
     tail_from = final_step - max(1, final_step // 10)
@@ -387,6 +404,7 @@ def run_stats(records: list[dict]) -> dict:
         "tps_per_gpu_median": _median([r["tps_per_gpu"] for r in timed]),
         "tps_per_gpu_p10": _percentile([r["tps_per_gpu"] for r in timed], 0.1),
         "tps_per_gpu_p90": _percentile([r["tps_per_gpu"] for r in timed], 0.9),
+        "tps_per_gpu_aggregate": _aggregate_tps(timed),
         "sync_wait_share_median": _median([r.get("sync_wait_share") for r in timed]),
         "gpu_lag_ms_median": _median([r.get("gpu_lag_ms") for r in timed]),
         "gpu_lag_ms_p10": _percentile([r.get("gpu_lag_ms") for r in timed], 0.1),
@@ -401,11 +419,12 @@ def run_stats(records: list[dict]) -> dict:
 
 NUMBERS = [  # every run's entry has these keys (None for a failed run: its partial numbers mean nothing)
     "final_step", "final_train_loss", "last10_mean_train_loss", "last10_steps", "val_loss", "val_step",
-    "warmup_steps", "tps_per_gpu_median", "tps_per_gpu_p10", "tps_per_gpu_p90", "sync_wait_share_median",
+    "warmup_steps", "tps_per_gpu_median", "tps_per_gpu_p10", "tps_per_gpu_p90", "tps_per_gpu_aggregate",
+    "sync_wait_share_median",
     "gpu_lag_ms_median", "gpu_lag_ms_p10", "gpu_lag_ms_p90", "host_paced_share",
     "tflops_per_gpu_median", "mfu_median", "peak_memory_gib",
     "peak_memory_reserved_gib", "rel_diff_train_vs_baseline", "rel_diff_val_vs_baseline", "tolerance_train",
-    "tolerance_val", "within_tolerance", "speedup_vs_baseline",
+    "tolerance_val", "within_tolerance", "speedup_vs_baseline", "speedup_aggregate_vs_baseline",
 ]
 
 
@@ -447,6 +466,9 @@ def summarize(runs: list[Run], baseline: str, args, nproc: int, gpus: int, out: 
                                      abs(rel_train) <= tol_train and (rel_val is None or abs(rel_val) <= tol_val)),
                 "speedup_vs_baseline": (s["tps_per_gpu_median"] / base["tps_per_gpu_median"]
                                         if base and s["tps_per_gpu_median"] and base["tps_per_gpu_median"] else None),
+                "speedup_aggregate_vs_baseline": (s["tps_per_gpu_aggregate"] / base["tps_per_gpu_aggregate"]
+                                                  if base and s["tps_per_gpu_aggregate"]
+                                                  and base["tps_per_gpu_aggregate"] else None),
             })
             device = device or _run_device(run.dump)
         out_runs[run.name] = entry
@@ -506,7 +528,9 @@ COLUMNS = [  # header, key, format
     ("val loss", "val_loss", ".4f"), ("val vs base", "rel_diff_val_vs_baseline", "pct"),
     ("within tol", "within_tolerance", None), ("tokens/s/GPU", "tps_per_gpu_median", ".0f"),
     ("steps p10-p90", "tps_per_gpu_p10", "krange"), ("host-paced", "host_paced_share", ".2f"),
-    ("speedup", "speedup_vs_baseline", ".3f"), ("peak GiB", "peak_memory_gib", ".2f"), ("MFU", "mfu_median", ".3f"),
+    ("speedup", "speedup_vs_baseline", ".3f"), ("aggregate", "tps_per_gpu_aggregate", ".0f"),
+    ("speedup agg.", "speedup_aggregate_vs_baseline", ".3f"), ("peak GiB", "peak_memory_gib", ".2f"),
+    ("MFU", "mfu_median", ".3f"),
 ]
 
 

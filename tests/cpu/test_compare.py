@@ -90,6 +90,8 @@ def test_summary_numbers_equal_those_from_metrics_jsonl(compared):
                       # 4 timed steps: the nearest-rank 10th / 90th percentiles are the slowest / fastest
                       "tps_per_gpu_p10": min(r["tps_per_gpu"] for r in timed),
                       "tps_per_gpu_p90": max(r["tps_per_gpu"] for r in timed),
+                      # tokens a step a GPU (seq_len 32 x 2 sequences, one process) over the steps' time
+                      "tps_per_gpu_aggregate": 64 * len(timed) / sum(r["step_time_s"] for r in timed),
                       "sync_wait_share_median": statistics.median(r["sync_wait_share"] for r in timed),
                       "gpu_lag_ms_median": None, "host_paced_share": None,  # CPU runs have no GPU lag
                       "peak_memory_gib": None, "mfu_median": None}
@@ -108,6 +110,8 @@ def test_summary_numbers_equal_those_from_metrics_jsonl(compared):
         assert got["rel_diff_val_vs_baseline"] == pytest.approx(rel_val, rel=1e-12, abs=1e-15)
         assert got["speedup_vs_baseline"] == pytest.approx(m["tps_per_gpu_median"] / base["tps_per_gpu_median"],
                                                            rel=1e-12)
+        assert got["speedup_aggregate_vs_baseline"] == pytest.approx(
+            m["tps_per_gpu_aggregate"] / base["tps_per_gpu_aggregate"], rel=1e-9)
     tol_train = max(0.005, seed_diff["last10_mean_train_loss"])
     tol_val = max(0.005, seed_diff["val_loss"])
     tw = runs["tensorwise"]
@@ -119,6 +123,26 @@ def test_summary_numbers_equal_those_from_metrics_jsonl(compared):
     first = {n: records(out, n)[0]["loss"] for n in mine}
     assert abs(first["tensorwise"] - first["bf16"]) < 0.01 * first["bf16"]
     assert abs(first["bf16-seed43"] - first["bf16"]) > abs(first["tensorwise"] - first["bf16"])
+
+
+def test_aggregate_throughput_is_tokens_over_time_not_the_median():
+    """Steps that alternate slow / fast (the host blocked at different points) deliver less than their median
+    says: 4 steps of 64 tokens in 1.0, 0.5, 1.0, 0.5 s are 256 tokens in 3 s, while the median tps is 96."""
+    sys.path.insert(0, os.path.join(ROOT, "launch"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+    recs = [{"step": s, "loss": 1.0, "tps_per_gpu": 64 / dt, "step_time_s": dt, "window_steps": 1,
+             "tflops_per_gpu": None, "mfu": None}
+            for s, dt in zip(range(1, 6), (9.0, 1.0, 0.5, 1.0, 0.5))]  # step 1: the warm-up (5 // 5 = 1 step)
+    stats = compare.run_stats(recs)
+    assert stats["warmup_steps"] == 1 and stats["tps_per_gpu_median"] == pytest.approx(96.0)
+    assert stats["tps_per_gpu_aggregate"] == pytest.approx(256 / 3.0)
+    # a record over 2 steps (2 s each) counts both; a step without its time makes the figure unknown, not wrong
+    window = [recs[0], dict(recs[1], window_steps=2, step_time_s=2.0, tps_per_gpu=32.0), dict(recs[2], step=3)]
+    assert compare.run_stats(window)["tps_per_gpu_aggregate"] == pytest.approx((128 + 64) / (4.0 + 0.5))
+    assert compare.run_stats([*recs[:3], dict(recs[3], step_time_s=None)])["tps_per_gpu_aggregate"] is None
 
 
 def test_failed_runs_show_their_log_tail_and_the_others_finish(compared):
