@@ -151,12 +151,6 @@ class ActivationCheckpoint:
 @dataclass(frozen=True)
 class Compile:
     enable: bool = False
-    # inductor's C++ wrapper: each compiled block launches its kernels from generated C++ instead of Python, so
-    # a float8 step costs less host time (it is host-paced at the shipped batch on some machines). The kernels are
-    # compiled when they first run, not at compile time: compile-time autotuning is what failed on the mx128
-    # Linears' graphs in session 35. A longer first compile (the wrapper is built with the host compiler).
-    # Measured in session 38: benchmarks/results/issue10_s38/NOTE.md.
-    cpp_wrapper: bool = False
 
 
 @dataclass(frozen=True)
@@ -511,8 +505,6 @@ def _validate(cfg: JobConfig, where) -> None:
                  "(pip install tensorboard, or set it to false)")
     need(cfg.profiling.profile_freq >= 1, "profiling", "profile_freq", "must be >= 1")
     need(cfg.profiling.save_traces_folder.strip() != "", "profiling", "save_traces_folder", "give a folder path")
-    need(cfg.compile.enable or not cfg.compile.cpp_wrapper, "compile", "cpp_wrapper",
-         "it changes how compiled blocks launch their kernels: set [compile] enable = true too, or leave it false")
     need(cfg.activation_checkpoint.mode in ("none", "full", "selective"), "activation_checkpoint", "mode",
          "allowed: 'none', 'full', 'selective'")
     n = cfg.comm.nccl_max_ctas

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Optional
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
@@ -216,15 +215,6 @@ def install_reduce_scatter_copy_in() -> bool:
     return True
 
 
-def compile_options(job_config: JobConfig) -> Optional[dict]:
-    """torch.compile's inductor options for the blocks: [compile] cpp_wrapper, with the kernels compiled at their
-    first run (inductor's compile-time autotuning of the C++ wrapper's kernels failed on the mx128 Linears' graphs,
-    torch 2.11: "CudaKernelParamCache not populated")."""
-    if not job_config.compile.cpp_wrapper:
-        return None
-    return {"cpp_wrapper": True, "triton.autotune_at_compile_time": False}
-
-
 def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh) -> torch.nn.Module:
     """Expert parallelism, activation checkpointing, per-block torch.compile, then fully_shard per block and the
     root (under EP first the experts of each block, over expert_dp_mesh).
@@ -247,7 +237,7 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
             # the compiled region. The "_orig_mod." it adds to names is stripped by DCP's state_dict helpers,
             # like checkpoint_wrapper's prefix. fullgraph stays off: a graph break costs a little speed,
             # an error would cost the run; the trainer logs the graph-break count after step 1.
-            block = torch.compile(block, options=compile_options(job_config))
+            block = torch.compile(block)
         model.layers[name] = block
 
     mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if on_gpu else None

@@ -82,7 +82,6 @@ def test_nested_model_table(tmp_path):
     ("[activation_checkpoint]\nmode = \"half\"\n", [], ["[activation_checkpoint] mode", "'selective'"]),
     ("[lr_scheduler]\ndecay_type = \"step\"\n", [], ["[lr_scheduler] decay_type", "'cosine'"]),
     ("[comm]\nnccl_max_ctas = 0\n", [], ["[comm] nccl_max_ctas = 0", "[1, 64]"]),
-    ("[compile]\ncpp_wrapper = true\n", [], ["[compile] cpp_wrapper = True", "set [compile] enable = true"]),
     ("[parallelism]\ndata_parallel_shard_degree = 3\n", [], ["data_parallel_shard_degree = 3",
                                                              "divisor of the world size 4"]),
     ("[parallelism]\ndata_parallel_replicate_degree = 3\n", [], ["data_parallel_replicate_degree = 3",

@@ -78,17 +78,3 @@ def test_reduce_scatter_copy_in_is_what_fsdp2_calls():
     from titan_fp8.parallel import install_reduce_scatter_copy_in, reduce_scatter_copy_in
     assert install_reduce_scatter_copy_in()
     assert fc.foreach_reduce_scatter_copy_in is reduce_scatter_copy_in
-
-
-@pytest.mark.parametrize("cpp_wrapper", [False, True])
-def test_compiled_blocks_get_the_cpp_wrapper_options(monkeypatch, cpp_wrapper):
-    """[compile] cpp_wrapper reaches every block's torch.compile as inductor's C++ wrapper with the kernels compiled
-    at their first run (compile-time autotuning failed on the mx128 Linears' graphs); off, no options."""
-    from _train_runs import parallelized_debug_model
-    seen = []
-    monkeypatch.setattr(torch, "compile", lambda block, **kw: seen.append(kw) or block)
-    with parallelized_debug_model(["--compile.enable=true", f"--compile.cpp_wrapper={str(cpp_wrapper).lower()}"]) \
-            as model:
-        assert len(seen) == len(model.layers) > 0
-    want = {"cpp_wrapper": True, "triton.autotune_at_compile_time": False} if cpp_wrapper else None
-    assert all(kw == {"options": want} for kw in seen), seen
