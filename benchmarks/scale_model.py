@@ -3,6 +3,7 @@ parallelism, and what float8 all-gather and float8 dispatch save there. A model,
 
     python benchmarks/scale_model.py [--config train_configs/llama_moe.toml]
         [--measured benchmarks/results/llama_moe_e2e_x2/summary.json] [--compute-ms-per-layer X]
+        [--measured-run bf16] [--measured-ep RUN | --ep-host-ms-per-layer X]
         [--nvlink-gbs 450] [--internode-gbits 400] [--overlap 0.5] [--gpus 8,64,512] [--out DIR]
 
 Inputs
@@ -23,10 +24,16 @@ Communication per GPU and step (S = GPUs per node = the FSDP shard group, R = GP
              dim + dim/32 bytes per row, mxfp8 layout), combine bf16, backward the two reverse all-to-alls in bf16,
              each (ep-1)/ep of the rows over NVLink (activation checkpointing would repeat the forward pair; the
              config's mode is read).
+  EP host    what EP costs beyond its bytes, per MoE layer and step: the host sync of the split sizes, the eagerly
+             run dispatch / combine (a graph break per layer), the regrouping. Bytes alone projected EP at
+             0.96-1.00x FSDP; two H200s measured 0.72x (session 39, benchmarks/results/issue11_12_s39/). --measured-ep
+             RUN calibrates it from an EP=2 run of the same summary: (its step - the model's EP step at 2 GPUs) /
+             MoE layers, i.e. everything the bytes do not explain; it then adds to every EP step. Default 0 (bytes
+             only). It was measured on a host-paced machine, so it is that host's figure.
 Overlap
   FSDP traffic overlaps with compute: exposed = max(0, fsdp_time - overlap x compute). The all-to-alls sit on
   the critical path (routing -> dispatch -> experts -> combine; no overlap, as in torchtitan's default).
-  step = compute + exposed FSDP + all-to-all.
+  step = compute + exposed FSDP + all-to-all (+ EP host).
 Sensitivity: each assumption x2 and /2 at the largest GPU count; the table names the one that moves the answers
 (the two float8 savings and the EP-vs-FSDP ratio) most.
 """
@@ -43,7 +50,8 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 GB = 1e9
-DEFAULTS = {"nvlink_gbs": 450.0, "internode_gbits": 400.0, "overlap": 0.5, "gpus_per_node": 8}
+DEFAULTS = {"nvlink_gbs": 450.0, "internode_gbits": 400.0, "overlap": 0.5, "gpus_per_node": 8,
+            "ep_host_s_per_layer": 0.0}
 SCENARIOS = ("fsdp_bf16", "fsdp_f8ag", "ep_bf16", "ep_f8dispatch")
 
 
@@ -95,6 +103,7 @@ def comm_seconds(sizes: dict, gpus: int, scenario: str, a: dict) -> dict:
     grad_shard = shard_params * 4 / S + (p["experts"] * 4 / S if ep > 1 else 0)
     out["all_reduce_replicas"] = 2 * (R - 1) / R * grad_shard / ib if R > 1 else 0.0
     out["all_to_all"] = 0.0
+    out["ep_host"] = a.get("ep_host_s_per_layer", 0.0) * sizes["n_moe_layers"] if ep > 1 else 0.0
     if ep > 1:
         rows = sizes["local_tokens"] * sizes["top_k"]
         d = sizes["dim"]
@@ -110,7 +119,15 @@ def comm_seconds(sizes: dict, gpus: int, scenario: str, a: dict) -> dict:
 
 def step_seconds(compute: float, comm: dict, a: dict) -> float:
     fsdp = comm["all_gather"] + comm["reduce_scatter"] + comm["all_reduce_replicas"]
-    return compute + max(0.0, fsdp - a["overlap"] * compute) + comm["all_to_all"]
+    return compute + max(0.0, fsdp - a["overlap"] * compute) + comm["all_to_all"] + comm.get("ep_host", 0.0)
+
+
+def calibrate_ep_host(sizes: dict, compute: float, measured_ep_step: float, a: dict) -> float:
+    """EP's cost beyond its bytes, seconds per MoE layer: (the measured EP=2 step - the model's EP step at 2 GPUs
+    without it) / MoE layers; 0 when the bytes explain the whole step."""
+    bytes_only = dict(a, ep_host_s_per_layer=0.0)
+    modeled = step_seconds(compute, comm_seconds(sizes, 2, "ep_bf16", bytes_only), bytes_only)
+    return max(0.0, measured_ep_step - modeled) / sizes["n_moe_layers"]
 
 
 def calibrate_compute(sizes: dict, measured_step: float, a: dict) -> float:
@@ -149,7 +166,9 @@ def sensitivity(sizes, measured_step, a, gpus, compute_override) -> dict:
     base = project(sizes, measured_step, a, [gpus], compute_override)["rows"][0]
     base_compute = compute_override or calibrate_compute(sizes, measured_step, a)
     out = {}
-    for key in ("nvlink_gbs", "internode_gbits", "overlap", "compute"):
+    keys = ("nvlink_gbs", "internode_gbits", "overlap", "compute") + (("ep_host_s_per_layer",)
+                                                                      if a.get("ep_host_s_per_layer") else ())
+    for key in keys:
         for factor in (0.5, 2.0):
             b = dict(a)
             comp = base_compute * factor if key == "compute" else compute_override
@@ -176,6 +195,10 @@ def main(argv=None) -> dict:
                                                        "summary.json"))
     ap.add_argument("--measured-run", default="bf16")
     ap.add_argument("--compute-ms-per-layer", type=float, default=None)
+    ap.add_argument("--measured-ep", default=None,
+                    help="a run of --measured with expert_parallel_degree = 2: calibrates the EP host term")
+    ap.add_argument("--ep-host-ms-per-layer", type=float, default=None,
+                    help="the EP host term directly (ms per MoE layer and step; default 0 unless --measured-ep)")
     ap.add_argument("--nvlink-gbs", type=float, default=DEFAULTS["nvlink_gbs"])
     ap.add_argument("--internode-gbits", type=float, default=DEFAULTS["internode_gbits"])
     ap.add_argument("--overlap", type=float, default=DEFAULTS["overlap"])
@@ -183,27 +206,49 @@ def main(argv=None) -> dict:
     ap.add_argument("--out", default=os.path.join(ROOT, "benchmarks", "results"))
     args = ap.parse_args(argv)
     a = {"nvlink_gbs": args.nvlink_gbs, "internode_gbits": args.internode_gbits, "overlap": args.overlap,
-         "gpus_per_node": DEFAULTS["gpus_per_node"]}
+         "gpus_per_node": DEFAULTS["gpus_per_node"], "ep_host_s_per_layer": 0.0}
     sizes = model_sizes(args.config)
     with open(args.measured) as f:
         measured = json.load(f)
-    tps = measured["runs"][args.measured_run]["tps_per_gpu_median"]
+    def run_tps(name, flag):
+        run = measured.get("runs", {}).get(name)
+        if not run or not run.get("tps_per_gpu_median"):
+            raise SystemExit(f"scale_model: {flag} {name!r}: no finished run of that name in {args.measured} "
+                             f"(runs: {', '.join(measured.get('runs', {})) or 'none'})")
+        return run["tps_per_gpu_median"]
+
+    if args.measured_ep and args.ep_host_ms_per_layer is not None:
+        raise SystemExit("scale_model: give --measured-ep or --ep-host-ms-per-layer, not both")
+    tps = run_tps(args.measured_run, "--measured-run")
     measured_step = sizes["local_tokens"] / tps
     compute = args.compute_ms_per_layer * 1e-3 * sizes["n_layers"] if args.compute_ms_per_layer else None
+    ep_measured = None
+    if args.measured_ep:
+        ep_tps = run_tps(args.measured_ep, "--measured-ep")
+        ep_measured = {"run": args.measured_ep, "tps_per_gpu": ep_tps, "step_s": sizes["local_tokens"] / ep_tps}
+        base_compute = compute if compute is not None else calibrate_compute(sizes, measured_step, a)
+        a["ep_host_s_per_layer"] = calibrate_ep_host(sizes, base_compute, ep_measured["step_s"], a)
+    elif args.ep_host_ms_per_layer is not None:
+        a["ep_host_s_per_layer"] = args.ep_host_ms_per_layer * 1e-3
     gpus = [int(g) for g in args.gpus.split(",")]
     proj = project(sizes, measured_step, a, gpus, compute)
     sens = sensitivity(sizes, measured_step, a, gpus[-1], compute)
+    # GPUs per measured run (a summary redrawn off the GPU host has "gpus": 0 visible; its runs had nproc_per_run)
+    gpus_per_run = measured.get("nproc_per_run") or measured.get("gpus")
     result = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": "python benchmarks/scale_model.py " + " ".join(argv if argv is not None else sys.argv[1:]),
               "kind": "projection (a model, not a measurement)", "assumptions": a,
               "measured": {"file": os.path.relpath(args.measured, ROOT), "run": args.measured_run,
-                           "device": measured.get("device"), "gpus": measured.get("gpus"), "tps_per_gpu": tps,
-                           "step_s": measured_step},
+                           "device": measured.get("device"), "gpus": gpus_per_run, "tps_per_gpu": tps,
+                           "step_s": measured_step, "ep": ep_measured},
               "model": sizes, "compute_s": proj["compute_s"], "rows": proj["rows"], "sensitivity": sens}
-    lines = [f"measured: {tps:.0f} tok/s/GPU on {measured.get('gpus')}x {measured.get('device')} -> step "
+    lines = [f"measured: {tps:.0f} tok/s/GPU on {gpus_per_run}x {measured.get('device')} -> step "
              f"{measured_step * 1e3:.1f} ms, compute {proj['compute_s'] * 1e3:.1f} ms (weak scaling)",
              f"assumptions: NVLink {a['nvlink_gbs']:g} GB/s/GPU, between nodes {a['internode_gbits']:g} Gb/s/GPU, "
-             f"{a['gpus_per_node']} GPUs/node, FSDP overlap {a['overlap']:g} of compute, all-to-all exposed",
+             f"{a['gpus_per_node']} GPUs/node, FSDP overlap {a['overlap']:g} of compute, all-to-all exposed, EP "
+             f"host {a['ep_host_s_per_layer'] * 1e3:.2f} ms per MoE layer"
+             + (f" (from {ep_measured['run']}: {ep_measured['tps_per_gpu']:.0f} tok/s/GPU, step "
+                f"{ep_measured['step_s'] * 1e3:.1f} ms)" if ep_measured else ""),
              "| GPUs | FSDP bf16 ms | FSDP f8 AG ms | f8 AG saves | EP bf16 ms | EP f8 dispatch ms | f8 dispatch saves "
              "| EP vs FSDP |", "|---|---|---|---|---|---|---|---|"]
     for r in proj["rows"]:

@@ -40,6 +40,7 @@ if ROOT not in sys.path:
 
 from titan_fp8.config import ConfigError, load_config  # noqa: E402
 from titan_fp8.recipes import RecipeError, parse_recipes  # noqa: E402
+from titan_fp8.train.gpu_lag import backward_lags_over_ranks  # noqa: E402
 from titan_fp8.train.metrics import host_paced_share  # noqa: E402
 
 TRAIN = os.path.join(ROOT, "launch", "train.py")
@@ -61,8 +62,9 @@ DEFINITIONS = {
     "gpu_lag_ms_median / _p10 / _p90": "over the same steps: how much GPU work was still queued when the host "
                                        "began the step, in ms (it holds the previous step's optimizer update; rank "
                                        "0's)",
-    "host_paced_share": "share of the same steps whose backward began on an idle GPU (rank 0's lag there < 1 ms): "
-                        "the host, not the GPU, paced them",
+    "host_paced_share": "share of the same steps whose backward began on an idle GPU on ANY rank (the smallest lag "
+                        "over the run's gpu_lag_rank*.json < 1 ms; rank 0's from metrics.jsonl without those "
+                        "files): a host, not the GPU, paced them (the slowest host paces every rank)",
     "speedup_vs_baseline": "tps_per_gpu_median / baseline's tps_per_gpu_median",
     "tps_per_gpu_aggregate": "the same steps' tokens over their time (sum of tps_per_gpu * step_time_s * "
                              "window_steps over sum of step_time_s * window_steps): what the run delivered. Where it "
@@ -384,7 +386,9 @@ def _aggregate_tps(records: list[dict]) -> Optional[float]:
     return tokens / seconds if seconds else None
 
 
-def run_stats(records: list[dict]) -> dict:
+def run_stats(records: list[dict], backward_lags: Optional[dict] = None) -> dict:
+    """The numbers of one run from its metrics records; backward_lags: {step: smallest backward lag over the
+    ranks} (gpu_lag.backward_lags_over_ranks of its folder) for host_paced_share."""
     final_step = records[-1]["step"]
     tail_from = final_step - max(1, final_step // 10)
     tail = [r["loss"] for r in records if r["step"] > tail_from]
@@ -409,7 +413,7 @@ def run_stats(records: list[dict]) -> dict:
         "gpu_lag_ms_median": _median([r.get("gpu_lag_ms") for r in timed]),
         "gpu_lag_ms_p10": _percentile([r.get("gpu_lag_ms") for r in timed], 0.1),
         "gpu_lag_ms_p90": _percentile([r.get("gpu_lag_ms") for r in timed], 0.9),
-        "host_paced_share": host_paced_share(timed),
+        "host_paced_share": host_paced_share(timed, backward_lags),
         "tflops_per_gpu_median": _median([r["tflops_per_gpu"] for r in timed]),
         "mfu_median": _median([r["mfu"] for r in timed]),
         "peak_memory_gib": max(mems) if mems else None,
@@ -433,7 +437,8 @@ def _rel(x, ref) -> Optional[float]:
 
 
 def summarize(runs: list[Run], baseline: str, args, nproc: int, gpus: int, out: str) -> dict:
-    stats = {r.name: run_stats(r.records) if r.status == "ok" else None for r in runs}
+    stats = {r.name: run_stats(r.records, backward_lags_over_ranks(r.dump, nproc)) if r.status == "ok" else None
+             for r in runs}
     base = stats.get(baseline)
     seed_runs = [stats[r.name] for r in runs if r.recipe == baseline and r.name != baseline and stats[r.name]]
     seed_diff = None

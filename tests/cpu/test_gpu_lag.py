@@ -131,3 +131,45 @@ def test_host_paced_share_counts_steps_whose_backward_began_on_an_idle_gpu():
     assert host_paced_share(recs) == pytest.approx(4 / 8)  # 0.0, -0.3, 0.5, 0.9; the limit itself is not
     assert host_paced_share([{"gpu_lag_backward_ms": 90.0}, {}]) is None  # a step without its lag: no share
     assert host_paced_share([]) is None
+
+
+def _rank_file(folder, rank, backward_lags_by_step, start_lag_ms=50.0):
+    """gpu_lag_rank<rank>.json through GpuLag.save itself: each step's start `start_lag_ms` behind the host, its
+    backward the given lag behind (a step missing from the dict: its backward is never marked)."""
+    g, lag = make()
+    lag.mark(0)  # the reference
+    for step, bwd in backward_lags_by_step.items():
+        g.host, g.gpu_at = 100.0 + step, 5.0 + step + start_lag_ms / 1e3
+        lag.mark(step)
+        if bwd is not None:
+            g.host += 0.05
+            g.gpu_at = 5.0 + step + 0.05 + bwd / 1e3
+            lag.mark(step, "backward")
+    g.now_gpu = 1e9
+    lag.read(0)
+    return lag.save(str(folder), rank=rank)
+
+
+def test_backward_lags_over_ranks_take_the_slowest_host_and_feed_host_paced_share(tmp_path):
+    """Two H200s, session 39: rank 0 logged 100+ ms of lag at every backward while rank 1's GPU sat idle (its host
+    paced both ranks through the collectives); rank 0's metrics alone read host_paced_share 0.00."""
+    from titan_fp8.train.gpu_lag import backward_lags_over_ranks
+    from titan_fp8.train.metrics import host_paced_share
+
+    _rank_file(tmp_path, 0, {1: 110.0, 2: 120.0, 3: 105.0, 4: 130.0})
+    _rank_file(tmp_path, 1, {1: 0.2, 2: 40.0, 3: 0.0, 4: None})  # step 4: rank 1 never marked its backward
+    lags = backward_lags_over_ranks(str(tmp_path))
+    assert set(lags) == {1, 2, 3}  # a step counts only where every rank has its lag
+    assert lags[1] == pytest.approx(0.2, abs=1e-3) and lags[2] == pytest.approx(40.0, rel=1e-4)
+    assert lags[3] == pytest.approx(0.0, abs=1e-3)
+    recs = [{"step": s, "gpu_lag_backward_ms": v} for s, v in ((1, 110.0), (2, 120.0), (3, 105.0))]
+    assert host_paced_share(recs) == 0.0  # rank 0's own lags
+    assert host_paced_share(recs, lags) == pytest.approx(2 / 3)  # steps 1 and 3: rank 1's host paced them
+    # a record whose step the rank files lack: rank 0's lags for all, not a mix
+    assert host_paced_share([*recs, {"step": 4, "gpu_lag_backward_ms": 130.0}], lags) == 0.0
+    assert backward_lags_over_ranks(str(tmp_path / "none")) == {}
+    # ranks=N reads exactly ranks 0..N-1: a file an earlier 3-rank run left behind does not count
+    _rank_file(tmp_path, 2, {1: 90.0, 2: 0.1, 3: 90.0})
+    assert backward_lags_over_ranks(str(tmp_path))[2] == pytest.approx(0.1, abs=1e-3)  # every file in the folder
+    assert backward_lags_over_ranks(str(tmp_path), 2) == lags
+    assert backward_lags_over_ranks(str(tmp_path), 4) == {}  # rank 3's file is missing: no all-rank figure

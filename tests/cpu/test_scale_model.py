@@ -59,3 +59,32 @@ def test_more_bandwidth_never_slows_a_step(result):
                 fast_t = scale_model.step_seconds(1.0, scale_model.comm_seconds(sizes, g, sc, fast), fast)
                 assert fast_t <= slow_t
     assert result["sensitivity"]["moves_most"] in result["sensitivity"]["swing"]
+
+
+def test_measured_ep_run_calibrates_the_ep_host_term(tmp_path):
+    """--measured-ep: the EP=2 step the bytes do not explain becomes a per-MoE-layer host term, the model then
+    reproduces that measured EP step at 2 GPUs, and it slows every EP step by the same amount."""
+    base = os.path.join(ROOT, "benchmarks", "results", "llama_moe_e2e_x2", "summary.json")
+    with open(base) as f:
+        summary = json.load(f)
+    bf16_tps = summary["runs"]["bf16"]["tps_per_gpu_median"]
+    summary["runs"]["ep2"] = {"tps_per_gpu_median": 0.7 * bf16_tps}  # EP=2 at 0.7x FSDP, as measured (0.716x)
+    path = tmp_path / "summary.json"
+    path.write_text(json.dumps(summary))
+    bytes_only = scale_model.main(["--measured", str(path), "--out", str(tmp_path / "a")])
+    res = scale_model.main(["--measured", str(path), "--measured-ep", "ep2", "--out", str(tmp_path / "b")])
+    sizes, a = res["model"], res["assumptions"]
+    assert bytes_only["assumptions"]["ep_host_s_per_layer"] == 0.0 and a["ep_host_s_per_layer"] > 0
+    ep_step = scale_model.step_seconds(res["compute_s"], scale_model.comm_seconds(sizes, 2, "ep_bf16", a), a)
+    assert ep_step == pytest.approx(res["measured"]["ep"]["step_s"]) and res["measured"]["ep"]["run"] == "ep2"
+    for r0, r1 in zip(bytes_only["rows"], res["rows"]):
+        extra = a["ep_host_s_per_layer"] * sizes["n_moe_layers"]
+        assert r1["ep_bf16"]["step_s"] == pytest.approx(r0["ep_bf16"]["step_s"] + extra)
+        assert r1["fsdp_bf16"]["step_s"] == pytest.approx(r0["fsdp_bf16"]["step_s"])  # FSDP-only: no EP term
+        assert r1["ep_vs_fsdp"] < r0["ep_vs_fsdp"]
+    assert "ep_host_s_per_layer x2" in res["sensitivity"]["answer_change"]
+    with pytest.raises(SystemExit, match="no finished run of that name"):
+        scale_model.main(["--measured", str(path), "--measured-ep", "ep4", "--out", str(tmp_path / "c")])
+    with pytest.raises(SystemExit, match="not both"):
+        scale_model.main(["--measured", str(path), "--measured-ep", "ep2", "--ep-host-ms-per-layer", "1",
+                          "--out", str(tmp_path / "d")])

@@ -16,6 +16,7 @@ when the host records it. Reading never waits: marks the GPU has not passed yet 
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import time
@@ -93,3 +94,28 @@ class GpuLag:
                        "host_ms": {p: col(self.host_s, p, 1e3) for p in PHASES},
                        "wall_s": [round(self.wall_s.get(s, 0.0), 3) for s in steps]}, f)
         return path
+
+
+def backward_lags_over_ranks(folder: str, ranks: Optional[int] = None) -> dict[int, float]:
+    """{step: the smallest backward lag over the ranks} from the gpu_lag_rank*.json files GpuLag.save wrote into
+    `folder`: the rank whose host is slowest paces every rank through the collectives, so a step is host-paced when
+    ANY rank's GPU sat idle as its host began the backward (session 39, two H200s: rank 1's host paced every step of a
+    run whose rank 0 read 100+ ms of lag). A step counts only when every rank's file has its lag; {} without files.
+    ranks: read exactly gpu_lag_rank0..ranks-1.json ({} if one is missing), not whatever an earlier run with more
+    ranks left in the folder."""
+    if ranks is None:
+        paths = sorted(glob.glob(os.path.join(folder, "gpu_lag_rank*.json")))
+    else:
+        paths = [os.path.join(folder, f"gpu_lag_rank{r}.json") for r in range(ranks)]
+        if not all(os.path.isfile(p) for p in paths):
+            return {}
+    per_rank = []
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        lags = d.get("phase_lag_ms", {}).get("backward") or []
+        per_rank.append({s: v for s, v in zip(d.get("steps", []), lags) if isinstance(v, (int, float))})
+    if not per_rank:
+        return {}
+    steps = set.intersection(*(set(r) for r in per_rank))
+    return {s: min(r[s] for r in per_rank) for s in sorted(steps)}

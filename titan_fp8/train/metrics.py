@@ -142,7 +142,9 @@ class MetricsLogger:
         self.restart_window()
         return rec
 
-    def summary(self, skip_first: int) -> dict:
+    def summary(self, skip_first: int, backward_lags: Optional[dict] = None) -> dict:
+        """Averages over the steps after `skip_first`; backward_lags: {step: smallest backward lag over the ranks}
+        for host_paced_share (else rank 0's own lags)."""
         """Averages over logged steps after `skip_first` (warm-up and compilation excluded)."""
         recs = [r for r in self.records if r["step"] > skip_first and "skipped" not in r and not r.get("profiled")
                 ] or self.records[-1:]
@@ -157,7 +159,7 @@ class MetricsLogger:
         out["data_wait_share"] = wait / seconds if seconds else None
         mems = [r["memory_gib"] for r in self.records if r.get("memory_gib") is not None]
         out["memory_gib"] = max(mems) if mems else None
-        out["host_paced_share"] = host_paced_share(recs)
+        out["host_paced_share"] = host_paced_share(recs, backward_lags)
         out["first_loss"] = self.records[0]["loss"] if self.records else None
         out["final_loss"] = self.records[-1]["loss"] if self.records else None
         out["device"] = self.device_name
@@ -169,10 +171,15 @@ class MetricsLogger:
             self._tb.close()
 
 
-def host_paced_share(records: list) -> Optional[float]:
-    """Share of `records` (steps) whose backward began on an idle GPU (gpu_lag_backward_ms < HOST_PACED_MS): the
-    host, not the GPU, paced them. None when a record has no lag (CPU runs, runs from before GpuLag)."""
-    lags = [r.get("gpu_lag_backward_ms") for r in records]
+def host_paced_share(records: list, backward_lags: Optional[dict] = None) -> Optional[float]:
+    """Share of `records` (steps) whose backward began on an idle GPU (lag < HOST_PACED_MS): the host, not the GPU,
+    paced them. backward_lags: {step: lag} over all ranks (gpu_lag.backward_lags_over_ranks), used when it holds
+    every record's step; else each record's own gpu_lag_backward_ms (rank 0's). None when a step has no lag (CPU
+    runs, runs from before GpuLag)."""
+    if backward_lags and records and all(r.get("step") in backward_lags for r in records):
+        lags = [backward_lags[r["step"]] for r in records]
+    else:
+        lags = [r.get("gpu_lag_backward_ms") for r in records]
     if not lags or any(not isinstance(v, (int, float)) for v in lags):
         return None
     return sum(v < HOST_PACED_MS for v in lags) / len(lags)

@@ -33,7 +33,7 @@ from titan_fp8.parallel import build_mesh, parallelize
 from titan_fp8.train.checkpoint import CheckpointManager, incomplete_dirs, latest_step
 from titan_fp8.train.data import PinnedStager, build_loader
 from titan_fp8.train.garbage import GarbageCollection
-from titan_fp8.train.gpu_lag import GpuLag
+from titan_fp8.train.gpu_lag import GpuLag, backward_lags_over_ranks
 from titan_fp8.train.metrics import MetricsLogger
 from titan_fp8.train.optim import build_lr_scheduler, build_optimizer, grad_norm_and_clip, take_grad_scale
 from titan_fp8.train.profiling import StepProfiler
@@ -358,12 +358,16 @@ def run(cfg: JobConfig, log=print) -> dict:
 
     collector.close()
     lag.save(cfg.job.dump_folder, rank)
+    if dist.is_initialized() and lag.enabled:
+        dist.barrier()  # every rank's gpu_lag file is written before rank 0 reads them for host_paced_share
     if sync_debug:
         torch.cuda.set_sync_debug_mode(0)
     if cfg.checkpoint.enable and step != last_saved and not last_skipped and step > start_step:
         say(f"checkpoint: saved {ckpt.save(step)}")
 
-    summary = metrics.summary(skip_first=max(1, min(10, t.steps // 5)))
+    # the slowest host paces every rank: a step is host-paced when any rank's GPU sat idle at its backward
+    summary = metrics.summary(skip_first=max(1, min(10, t.steps // 5)),
+                              backward_lags=backward_lags_over_ranks(cfg.job.dump_folder, world) if rank == 0 else None)
     if val_data is not None:
         summary["val_loss"] = val_loss  # at the last step
     summary.update({"world_size": world, "config": cfg.source, "steps": t.steps, **info,
@@ -372,8 +376,8 @@ def run(cfg: JobConfig, log=print) -> dict:
         say("summary: " + json.dumps(summary))
         paced = summary.get("host_paced_share")
         if paced is not None and paced >= 0.25:
-            say(f"host-paced: the GPU sat idle as the backward began in {100 * paced:.0f}% of the timed steps (rank "
-                "0): the host, not the GPU, set their pace. A larger [training] local_batch_size spreads the host's "
+            say(f"host-paced: the GPU sat idle as the backward began in {100 * paced:.0f}% of the timed steps (on "
+                "some rank): the host, not the GPU, set their pace. A larger [training] local_batch_size spreads the host's "
                 "per-step work over more tokens (README: host-paced steps)")
         with open(os.path.join(cfg.job.dump_folder, "summary.json"), "w") as f:
             json.dump(summary, f, indent=1)
