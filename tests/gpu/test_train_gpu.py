@@ -31,6 +31,16 @@ def test_gpu_steps_have_one_sync_and_report_mfu(tmp_path, compile_):
     if "H100" in name or "H200" in name:
         assert all(r["mfu"] is not None and r["mfu"] > 0 for r in recs)
     assert recs[-1]["loss"] < recs[0]["loss"]
+    # host_paced_share from the ranks' gpu_lag files (here the one rank's), the same figure compare.py computes
+    import json
+
+    from titan_fp8.train.gpu_lag import backward_lags_over_ranks
+    from titan_fp8.train.metrics import host_paced_share
+    lags = backward_lags_over_ranks(dump, 1)
+    with open(os.path.join(dump, "summary.json")) as f:
+        summary = json.load(f)
+    timed = [r for r in recs if r["step"] > max(1, min(10, 8 // 5))]
+    assert lags and summary["host_paced_share"] == host_paced_share(timed, lags) is not None
 
 
 def test_pinned_stager_batches_arrive_intact():

@@ -358,10 +358,10 @@ def run(cfg: JobConfig, log=print) -> dict:
 
     collector.close()
     lag.save(cfg.job.dump_folder, rank)
-    if dist.is_initialized() and lag.enabled:
-        dist.barrier()  # every rank's gpu_lag file is written before rank 0 reads them for host_paced_share
     if sync_debug:
         torch.cuda.set_sync_debug_mode(0)
+    if dist.is_initialized() and lag.enabled:
+        dist.barrier()  # every rank's gpu_lag file is written before rank 0 reads them for host_paced_share
     if cfg.checkpoint.enable and step != last_saved and not last_skipped and step > start_step:
         say(f"checkpoint: saved {ckpt.save(step)}")
 
