@@ -177,6 +177,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     written = ("loss.png", "throughput.png", "summary.md", "summary.json")
     print(f"compare: wrote {', '.join(os.path.join(out, n) for n in written)}")
     print(table_text(summary), flush=True)
+    warning = host_paced_warning(summary)
+    if warning:
+        print(f"compare: {warning}", flush=True)
     failed = [r.name for r in runs if r.status != "ok"]
     if failed:
         print(f"compare: {len(failed)} run(s) failed: {', '.join(failed)}", flush=True)
@@ -562,6 +565,22 @@ def table_text(summary: dict) -> str:
                      for r in rows)
 
 
+HOST_PACED_WARN = 0.5  # a run whose host paced at least this share of its timed steps gets named under the table
+
+
+def host_paced_warning(summary: dict) -> Optional[str]:
+    """One line naming the runs that the host paced in >= HOST_PACED_WARN of their timed steps, or None: their
+    tokens/s measure this machine's host as much as the recipe (session 39: the same code ran 1.064x bf16 on one
+    H200 pair whose hosts paced every float8 step and 1.198x on another)."""
+    paced = [(name, r["host_paced_share"]) for name, r in summary["runs"].items()
+             if r.get("host_paced_share") is not None and r["host_paced_share"] >= HOST_PACED_WARN]
+    if not paced:
+        return None
+    return ("host-paced in at least half of their timed steps: " + ", ".join(f"{n} ({v:.2f})" for n, v in paced)
+            + ". Their tokens/s measure this machine's host as much as the recipe; a larger "
+            "--training.local_batch_size moves the pace to the GPU (README: host-paced steps)")
+
+
 def summary_markdown(summary: dict, runs: list[Run]) -> str:
     lines = [
         f"# Recipe comparison: {summary['config']}",
@@ -582,6 +601,9 @@ def summary_markdown(summary: dict, runs: list[Run]) -> str:
     lines += ["", "![loss](loss.png)", "", "![throughput](throughput.png)", "",
               "| " + " | ".join(h for h, _, _ in COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(row) + " |" for row in table_rows(summary)]
+    warning = host_paced_warning(summary)
+    if warning:
+        lines += ["", f"**Note:** {warning}."]
     failed = [r for r in runs if r.status != "ok"]
     if failed:
         lines += ["", "## Failed runs", ""]

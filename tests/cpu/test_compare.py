@@ -145,6 +145,22 @@ def test_aggregate_throughput_is_tokens_over_time_not_the_median():
     assert compare.run_stats([*recs[:3], dict(recs[3], step_time_s=None)])["tps_per_gpu_aggregate"] is None
 
 
+def test_runs_the_host_paced_are_named_under_the_table():
+    """A run paced by its host in at least half of its timed steps is named (its speedup is the machine's as much
+    as the recipe's); GPU-paced runs and runs without a lag figure (CPU) are not."""
+    sys.path.insert(0, os.path.join(ROOT, "launch"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+    runs = {"bf16": {"host_paced_share": 0.0}, "tw": {"host_paced_share": 0.45}, "mx": {"host_paced_share": 0.5},
+            "cpu": {"host_paced_share": None}, "ep": {"host_paced_share": 1.0}}
+    line = compare.host_paced_warning({"runs": runs})
+    assert line.startswith("host-paced in at least half of their timed steps: mx (0.50), ep (1.00).")
+    assert "bf16" not in line and "tw " not in line and "cpu" not in line
+    assert compare.host_paced_warning({"runs": {k: runs[k] for k in ("bf16", "tw", "cpu")}}) is None
+
+
 def test_failed_runs_show_their_log_tail_and_the_others_finish(compared):
     out, proc, summary = compared
     assert proc.returncode == 1, explain(proc)
