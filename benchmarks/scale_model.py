@@ -210,6 +210,7 @@ def main(argv=None) -> dict:
     sizes = model_sizes(args.config)
     with open(args.measured) as f:
         measured = json.load(f)
+
     def run_tps(name, flag):
         run = measured.get("runs", {}).get(name)
         if not run or not run.get("tps_per_gpu_median"):
