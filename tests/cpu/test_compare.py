@@ -161,6 +161,35 @@ def test_runs_the_host_paced_are_named_under_the_table():
     assert compare.host_paced_warning({"runs": {k: runs[k] for k in ("bf16", "tw", "cpu")}}) is None
 
 
+def test_summary_takes_host_paced_share_over_every_rank(tmp_path):
+    """summarize() reads each run's gpu_lag_rank*.json: rank 0 logged 100 ms of lag at every backward, rank 1's
+    GPU sat idle, so rank 1's host paced every step (1.0, not rank 0's 0.0). A run without those files keeps
+    rank 0's figure from metrics.jsonl."""
+    import types
+    sys.path.insert(0, os.path.join(ROOT, "launch"))
+    try:
+        import compare
+    finally:
+        sys.path.pop(0)
+    recs = [{"step": s, "loss": 2.0, "tps_per_gpu": 100.0, "step_time_s": 1.0, "window_steps": 1,
+             "tflops_per_gpu": None, "mfu": None, "gpu_lag_backward_ms": 100.0} for s in range(1, 6)]
+    runs = []
+    for name in ("a", "b"):
+        dump = tmp_path / name
+        dump.mkdir()
+        runs.append(compare.Run(name=name, recipe=name, seed=42, overrides=[], dump=str(dump), status="ok",
+                                records=recs))
+    for rank, lag in ((0, 100.0), (1, 0.2)):
+        with open(tmp_path / "b" / f"gpu_lag_rank{rank}.json", "w") as f:
+            json.dump({"rank": rank, "steps": [1, 2, 3, 4, 5], "lag_ms": [50.0] * 5,
+                       "phase_lag_ms": {"step": [50.0] * 5, "backward": [lag] * 5, "optimizer": [9.0] * 5}}, f)
+    args = types.SimpleNamespace(config="x.toml", runs_per_gpu=1)
+    summary = compare.summarize(runs, "a", args, nproc=2, gpus=2, out=str(tmp_path))
+    assert summary["runs"]["a"]["host_paced_share"] == 0.0
+    assert summary["runs"]["b"]["host_paced_share"] == 1.0
+    assert compare.host_paced_warning(summary).startswith("host-paced in at least half of their timed steps: b (1.00)")
+
+
 def test_failed_runs_show_their_log_tail_and_the_others_finish(compared):
     out, proc, summary = compared
     assert proc.returncode == 1, explain(proc)
