@@ -72,8 +72,16 @@ def main():
     ap.add_argument("--base-src", default="", help="also another revision's rowcol_quant.cu (built as a second "
                     "extension; rows cuda_base), e.g. from `git show REV:kernels/grouped_gemm/cuda_quant/"
                     "rowcol_quant.cu > /tmp/base/rowcol_quant.cu`")
+    ap.add_argument("--variant", action="append", default=[], help="also this tree's rowcol_quant.cu built with "
+                    "defines, TAG=-DNAME[=V],-DNAME2 (rows cuda_TAG; repeatable), e.g. mb3=-DROWCOL_MIN_BLOCKS=3")
     args = ap.parse_args()
     base = quant_cuda.load_source(args.base_src, "base") if args.base_src else None
+    variants = {}
+    for v in args.variant:
+        tag, _, defs = v.partition("=")
+        if not tag.isidentifier() or not defs:
+            raise SystemExit(f"--variant {v!r}: expected TAG=-DNAME[=V][,-DNAME2...]")
+        variants[tag] = quant_cuda.load_source(quant_cuda.SOURCE_PATH, "v_" + tag, defs.split(","))
     check()
     if args.check_only:
         return
@@ -100,6 +108,8 @@ def main():
             cuda = {"cuda": {}}
             if base is not None:
                 cuda["cuda_base"] = dict(ext=base)
+            for tag, ext in variants.items():
+                cuda[f"cuda_{tag}"] = dict(ext=ext)
             for g in filter(None, args.group_m.split(",")):
                 cuda[f"cuda_g{g}"] = dict(group_m=int(g))
             for v, kw in cuda.items():

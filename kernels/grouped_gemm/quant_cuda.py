@@ -33,11 +33,13 @@ def load():
         "titan_fp8_rowcol_quant", SRC_DIR, SOURCES, (), "CUDA rowcol quantizer", cutlass=False))
 
 
-def load_source(path: str, tag: str):
-    """Another revision's rowcol_quant.cu (same launcher signature) built as a separate extension, for A/B timing
-    in one process (benchmarks/quant_rowcol_cuda.py --base-src)."""
+def load_source(path: str, tag: str, defines=()):
+    """Another revision's rowcol_quant.cu (same launcher signature), or this one with build-time `defines`
+    (-DNAME[=VALUE]), built as a separate extension, for A/B timing in one process (benchmarks/quant_rowcol_cuda.py
+    --base-src / --variant)."""
     return build_extension("titan_fp8_rowcol_quant", os.path.dirname(os.path.abspath(path)),
-                           (os.path.basename(path),), (), f"CUDA rowcol quantizer ({path})", cutlass=False, tag=tag)
+                           (os.path.basename(path),), (), f"CUDA rowcol quantizer ({path})", defines=tuple(defines),
+                           cutlass=False, tag=tag)
 
 
 def unsupported_reason(x: torch.Tensor, row_block: int, row_tile: int, col_block: int, col_tile: int,
@@ -91,4 +93,6 @@ def rowcol(x: torch.Tensor, row_block: int, col_block: int, col_tile: int, limit
     return out if x.ndim == 2 else tuple(t.unsqueeze(0) for t in out)
 
 
-__all__ = ["rowcol", "load", "unsupported_reason", "LAYOUTS", "CutlassUnavailable"]
+SOURCE_PATH = os.path.join(SRC_DIR, SOURCES[0])
+
+__all__ = ["rowcol", "load", "load_source", "unsupported_reason", "LAYOUTS", "CutlassUnavailable"]
