@@ -139,3 +139,18 @@ def test_kernels_build_for_sm90a_at_two_ctas_per_sm(tmp_path):
     kernels = len(quant_cuda.LAYOUTS)
     assert len(regs) == kernels and len(spills) == kernels and len(frames) == kernels, out.stderr[-3000:]
     assert max(regs) <= 128 and not any(spills) and not any(frames), out.stderr[-3000:]
+
+
+def test_load_source_builds_a_variant_with_its_defines_under_its_own_name(monkeypatch):
+    """benchmarks/quant_rowcol_cuda.py --variant: this tree's source with build-time defines, as a separate module
+    (the tag), so the default build and the variant load side by side in one process."""
+    got = {}
+
+    def fake_build(name, src_dir, sources, headers, what, defines=(), tag="", cutlass=True):
+        got.update(name=name, src_dir=src_dir, sources=sources, defines=defines, tag=tag, cutlass=cutlass)
+        return "ext"
+
+    monkeypatch.setattr(quant_cuda, "build_extension", fake_build)
+    assert quant_cuda.load_source(quant_cuda.SOURCE_PATH, "v_mb3", ["-DROWCOL_MIN_BLOCKS=3"]) == "ext"
+    assert got == dict(name="titan_fp8_rowcol_quant", src_dir=quant_cuda.SRC_DIR, sources=(quant_cuda.SOURCES[0],),
+                       defines=("-DROWCOL_MIN_BLOCKS=3",), tag="v_mb3", cutlass=False)

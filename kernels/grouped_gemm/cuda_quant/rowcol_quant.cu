@@ -39,7 +39,9 @@ namespace {
 constexpr int TM = 128;  // tokens per CTA
 constexpr int TK = 128;  // features per CTA
 // Build-time variants for A/B timing (benchmarks/quant_rowcol_cuda.py --variant): CTAs per SM
-// (-DROWCOL_MIN_BLOCKS=N), streaming stores (-DROWCOL_STREAM_STORES), evict-first loads (-DROWCOL_EVICT_FIRST_LOADS)
+// (-DROWCOL_MIN_BLOCKS=N), streaming stores (-DROWCOL_STREAM_STORES), evict-first loads (-DROWCOL_EVICT_FIRST_LOADS).
+// On an H200 (session 40, issue10_s40/) each was slower than this default in all 12 layout x shape cells: 3 CTAs
+// per SM (80 registers; the mx32 dO layout spills) 0.94-0.99x, streaming stores 0.97-1.00x, evict-first 0.90-0.93x.
 #ifndef ROWCOL_MIN_BLOCKS
 #define ROWCOL_MIN_BLOCKS 2
 #endif
