@@ -2,7 +2,8 @@
 # Issue 10, session 40, on ONE H200 (REQUIRE=H200 exits on any other GPU; REQUIRE= runs anywhere).
 #   PART=quant: the CUTLASS build in the background; the expert op's x / dO quantizer (kernels/grouped_gemm/cuda_quant)
 #     beside build-time variants of it (VARIANTS: TAG=-DDEFINE,... ; default: 3 CTAs per SM, streaming stores,
-#     evict-first loads, 3 CTAs + streaming stores), round-robin with a plain copy (benchmarks/quant_rowcol_cuda.py,
+#     evict-first loads, 3 CTAs + streaming stores: -D switches the kernel had at commit 3facba4, run from that
+#     tree; removed after they measured slower), round-robin with a plain copy (benchmarks/quant_rowcol_cuda.py,
 #     byte check first); then where the whole mx128 op's GPU time goes on this GPU (benchmarks/mx128_op_breakdown.py).
 #   PART=final: the committed benchmark of the issue in one run (benchmarks/mxfp8_grouped_gemm_backends.py: mx128
 #     CUTLASS and mx32 Gluon kernels and whole ops beside bf16, torch fp8 rowwise, cuBLAS blockwise, torchao).

@@ -73,7 +73,7 @@ def main():
                     "extension; rows cuda_base), e.g. from `git show REV:kernels/grouped_gemm/cuda_quant/"
                     "rowcol_quant.cu > /tmp/base/rowcol_quant.cu`")
     ap.add_argument("--variant", action="append", default=[], help="also this tree's rowcol_quant.cu built with "
-                    "defines, TAG=-DNAME[=V],-DNAME2 (rows cuda_TAG; repeatable), e.g. mb3=-DROWCOL_MIN_BLOCKS=3")
+                    "defines, TAG=-DNAME[=V],-DNAME2 (rows cuda_TAG; repeatable), e.g. mb3=-DROWCOL_MIN_BLOCKS=3 (commit 3facba4)")
     args = ap.parse_args()
     base = quant_cuda.load_source(args.base_src, "base") if args.base_src else None
     variants = {}

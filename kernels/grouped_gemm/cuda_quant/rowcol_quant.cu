@@ -38,13 +38,9 @@ namespace {
 
 constexpr int TM = 128;  // tokens per CTA
 constexpr int TK = 128;  // features per CTA
-// Build-time variants for A/B timing (benchmarks/quant_rowcol_cuda.py --variant): CTAs per SM
-// (-DROWCOL_MIN_BLOCKS=N), streaming stores (-DROWCOL_STREAM_STORES), evict-first loads (-DROWCOL_EVICT_FIRST_LOADS).
-// On an H200 (session 40, issue10_s40/) each was slower than this default in all 12 layout x shape cells: 3 CTAs
-// per SM (80 registers; the mx32 dO layout spills) 0.94-0.99x, streaming stores 0.97-1.00x, evict-first 0.90-0.93x.
-#ifndef ROWCOL_MIN_BLOCKS
-#define ROWCOL_MIN_BLOCKS 2
-#endif
+// Measured and dropped (H200, session 40, benchmarks/results/issue10_s40/; the -D switches are in commit 3facba4):
+// 3 CTAs per SM at 80 registers 0.94-0.99x this kernel, st.global.cs stores 0.97-1.00x, evict-first L2 hints on
+// the loads 0.90-0.93x.
 constexpr int NT = 256;  // threads: warp w owns tokens 16w..16w+15, half h of it 8 of them, lane q of the half
                          // features 8q..8q+7
 
@@ -282,11 +278,7 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
   for (int i = 0; i < 8; ++i) {
     const int row = m0 + r0 + i;
     if (row < M && kin && !(diag & 2))
-#ifdef ROWCOL_STREAM_STORES
-      __stcs(reinterpret_cast<uint2*>(qr + size_t(row) * K + k0 + 8 * q), make_uint2(rw[i][0], rw[i][1]));
-#else
       *reinterpret_cast<uint2*>(qr + size_t(row) * K + k0 + 8 * q) = make_uint2(rw[i][0], rw[i][1]);
-#endif
   }
   __syncthreads();
   // ---- column copy out: feature rows of 128 tokens, 16 bytes per thread and step
@@ -297,24 +289,13 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
     uint4 d = *reinterpret_cast<const uint4*>(&col[feat * TM + ((m ^ (sw >> 1)) * 16)]);
     if (sw & 1) d = make_uint4(d.z, d.w, d.x, d.y);
     if (k0 + feat < K && m0 + 16 * m < MC && !(diag & 1))
-#ifdef ROWCOL_STREAM_STORES
-      __stcs(reinterpret_cast<uint4*>(qc + size_t(k0 + feat) * MC + m0 + 16 * m), d);
-#else
       *reinterpret_cast<uint4*>(qc + size_t(k0 + feat) * MC + m0 + 16 * m) = d;
-#endif
   }
 }
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
   const unsigned d = unsigned(__cvta_generic_to_shared(dst));
-#ifdef ROWCOL_EVICT_FIRST_LOADS  // x is read once: ask L2 to evict its lines first
-  uint64_t pol;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(d), "l"(src),
-               "r"(pred ? 16 : 0), "l"(pol));
-#else
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(pred ? 16 : 0));
-#endif
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -328,7 +309,7 @@ constexpr size_t pipe_smem(int stages) { return sizeof(Smem) + stages * RING_SLO
 // slot of a shared-memory ring: a thread reads back only what it copied) while the current one is quantized; the
 // column copy is transposed in the slot the tile came from (free once every thread holds its part in registers).
 template <int RB, int CB, int CT, int STAGES>
-__global__ void __launch_bounds__(NT, ROWCOL_MIN_BLOCKS) rowcol_persistent_kernel(const uint16_t* __restrict__ x,
+__global__ void __launch_bounds__(NT, 2) rowcol_persistent_kernel(const uint16_t* __restrict__ x,
                                                                   uint8_t* __restrict__ qr, uint8_t* __restrict__ sr,
                                                                   uint8_t* __restrict__ qc, uint8_t* __restrict__ sc,
                                                                   const int* __restrict__ limit, int M, int K,
@@ -404,7 +385,7 @@ void launch_persistent(const uint16_t* xp, uint8_t* qrp, uint8_t* srp, uint8_t* 
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int tiles = int(grid.x * grid.y);
-  rowcol_persistent_kernel<RB, CB, CT, STAGES><<<std::min(tiles, ROWCOL_MIN_BLOCKS * sms), NT, pipe_smem(STAGES), stream>>>(
+  rowcol_persistent_kernel<RB, CB, CT, STAGES><<<std::min(tiles, 2 * sms), NT, pipe_smem(STAGES), stream>>>(
       xp, qrp, srp, qcp, scp, limit, M, K, MC, group_m, diag);
 }
 
