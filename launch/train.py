@@ -24,37 +24,6 @@ from titan_fp8.config import ConfigError, load_config  # noqa: E402
 USAGE = "usage: launch/train.py --config FILE [--check-config] [--section.key=value ...]"
 
 
-# [compile] cpp_wrapper: inductor's two switches, through the environment. A value set on inductor's config inside
-# the process (torch.compile options, or torch._inductor.config.cpp_wrapper = True) is an override held per context
-# (a ContextVar), which other threads need not see: the wrapper's first pass then failed on torch 2.11's float8
-# graphs ("not enough values to unpack (expected 42, got 33)", sessions 38 and 41). Read from the environment when
-# inductor's config is imported, the values are defaults every thread sees, and the same graphs compile (sessions
-# 38 and 41). Loading a float8 config imports inductor (its validation imports titan_fp8.float8), so the launcher
-# restarts itself once with the variables set (restart_with_cpp_wrapper_env).
-CPP_WRAPPER_ENV = {"TORCHINDUCTOR_CPP_WRAPPER": "1", "TORCHINDUCTOR_AUTOTUNE_AT_COMPILE_TIME": "0"}
-
-
-def export_cpp_wrapper_env(cfg) -> tuple[str | None, bool]:
-    """CPP_WRAPPER_ENV into os.environ where the config asks for the C++ wrapper (values the environment already
-    has are kept). Returns (a log line or None when the key is off, whether this process must restart for them to
-    take effect: inductor's config was imported before they were set)."""
-    if not (cfg.compile.enable and cfg.compile.cpp_wrapper):
-        return None, False
-    missing = [name for name in CPP_WRAPPER_ENV if name not in os.environ]
-    for name in missing:
-        os.environ[name] = CPP_WRAPPER_ENV[name]
-    line = (f"compile: inductor's C++ wrapper from [compile] cpp_wrapper in {cfg.source}: "
-            + ", ".join(f"{k}={os.environ[k]}" for k in CPP_WRAPPER_ENV))
-    return line, bool(missing) and "torch._inductor.config" in sys.modules
-
-
-def restart_with_cpp_wrapper_env() -> None:
-    """Run this launcher again in this process (same PID, so torchrun keeps watching it), with os.environ."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable] + sys.orig_argv[1:])
-
-
 def _is_rank0() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
@@ -70,7 +39,6 @@ def _log(msg: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     config_path, check_only, overrides = None, False, []
     i = 0
@@ -96,11 +64,6 @@ def main(argv: list[str] | None = None) -> int:
         cfg = load_config(config_path, overrides)
     except ConfigError as e:
         return _fail(str(e), 2)
-    compile_line, restart = export_cpp_wrapper_env(cfg)
-    if restart and from_command_line:
-        restart_with_cpp_wrapper_env()  # does not return
-    if restart:  # main(argv) called in-process: parallelize sets inductor's config directly instead
-        compile_line += " (inductor was imported already: set in-process, where torch 2.11's float8 graphs fail)"
 
     from titan_fp8.train.data import DataError, check_dataset
 
@@ -147,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, device_id=device_id)
     if _is_rank0():
         _log(comm_line + ("" if backend == "nccl" else " (not used: gloo backend)"))
-        for line in (affinity_line, carveout_line, compile_line):
+        for line in (affinity_line, carveout_line):
             if line:
                 _log(line)
 

@@ -151,10 +151,6 @@ class ActivationCheckpoint:
 @dataclass(frozen=True)
 class Compile:
     enable: bool = False
-    # inductor's C++ wrapper for the compiled blocks (parallel.use_inductor_cpp_wrapper): the generated code that
-    # launches a block's kernels runs as C++ instead of Python, which cuts a float8 step's host time (+3-8% tokens/s
-    # where the hosts pace the step, README). Needs enable = true.
-    cpp_wrapper: bool = False
 
 
 @dataclass(frozen=True)
@@ -511,8 +507,6 @@ def _validate(cfg: JobConfig, where) -> None:
     need(cfg.profiling.save_traces_folder.strip() != "", "profiling", "save_traces_folder", "give a folder path")
     need(cfg.activation_checkpoint.mode in ("none", "full", "selective"), "activation_checkpoint", "mode",
          "allowed: 'none', 'full', 'selective'")
-    need(cfg.compile.enable or not cfg.compile.cpp_wrapper, "compile", "cpp_wrapper",
-         "it applies to compiled blocks only: set [compile] enable = true as well")
     n = cfg.comm.nccl_max_ctas
     need(n is None or 1 <= n <= 64, "comm", "nccl_max_ctas", "must be in [1, 64] (NCCL's range)")
     c = cfg.comm.matmul_sm_carveout

@@ -215,22 +215,6 @@ def install_reduce_scatter_copy_in() -> bool:
     return True
 
 
-def use_inductor_cpp_wrapper() -> None:
-    """[compile] cpp_wrapper: inductor's C++ wrapper for every graph compiled from now on in this process, with
-    kernels compiled at their first run rather than autotuned while the wrapper is generated (that failed on one of
-    our kernels: "CudaKernelParamCache not populated", session 38). launch/train.py puts both in the environment
-    before the process starts its work (export_cpp_wrapper_env), and then this changes nothing: on torch 2.11 the
-    float8 graphs compile with the environment's defaults but fail ("not enough values to unpack") once the same
-    values are set here as overrides (session 41). Here only for callers that did not come through the launcher.
-    bf16 experts take titan_fp8::grouped_mm where torch's C shim has no _grouped_mm (models/grouped_mm_op.py)."""
-    import torch._inductor.config as inductor_config
-
-    if not inductor_config.cpp_wrapper:
-        inductor_config.cpp_wrapper = True
-    if inductor_config.triton.autotune_at_compile_time is not False:
-        inductor_config.triton.autotune_at_compile_time = False
-
-
 def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh) -> torch.nn.Module:
     """Expert parallelism, activation checkpointing, per-block torch.compile, then fully_shard per block and the
     root (under EP first the experts of each block, over expert_dp_mesh).
@@ -241,8 +225,6 @@ def parallelize(model: torch.nn.Module, job_config: JobConfig, mesh: DeviceMesh)
     on_gpu = mesh.device_type == "cuda"
     ep_experts = apply_expert_parallel(model, job_config, mesh) if "ep" in mesh.mesh_dim_names else []
     ac_mode = job_config.activation_checkpoint.mode
-    if job_config.compile.enable and job_config.compile.cpp_wrapper:
-        use_inductor_cpp_wrapper()
     for name, block in list(model.layers.items()):
         if ac_mode != "none":
             block = apply_activation_checkpointing(block, ac_mode)

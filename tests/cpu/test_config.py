@@ -82,7 +82,6 @@ def test_nested_model_table(tmp_path):
     ("[activation_checkpoint]\nmode = \"half\"\n", [], ["[activation_checkpoint] mode", "'selective'"]),
     ("[lr_scheduler]\ndecay_type = \"step\"\n", [], ["[lr_scheduler] decay_type", "'cosine'"]),
     ("[comm]\nnccl_max_ctas = 0\n", [], ["[comm] nccl_max_ctas = 0", "[1, 64]"]),
-    ("[compile]\ncpp_wrapper = true\n", [], ["[compile] cpp_wrapper = True", "[compile] enable = true"]),
     ("[parallelism]\ndata_parallel_shard_degree = 3\n", [], ["data_parallel_shard_degree = 3",
                                                              "divisor of the world size 4"]),
     ("[parallelism]\ndata_parallel_replicate_degree = 3\n", [], ["data_parallel_replicate_degree = 3",
@@ -250,43 +249,3 @@ def test_matmul_sm_carveout_on_cpu_is_logged_not_applied():
     cfg = load_config(os.path.join(CONFIGS, "debug_moe.toml"), ["--comm.matmul_sm_carveout=8"])
     assert apply_matmul_sm_carveout(cfg) == f"[comm] matmul_sm_carveout = 8 from {cfg.source}: not applied (no GPU)"
     assert apply_matmul_sm_carveout(load_config(os.path.join(CONFIGS, "debug_moe.toml"), [])) is None
-
-
-def test_cpp_wrapper_is_exported_to_the_environment_before_torch(tmp_path, monkeypatch):
-    sys.path.insert(0, os.path.join(ROOT, "launch"))
-    try:
-        import train as launcher
-    finally:
-        sys.path.pop(0)
-    for name in launcher.CPP_WRAPPER_ENV:  # setenv first, so that monkeypatch restores the variable's absence too
-        monkeypatch.setenv(name, "")
-        monkeypatch.delenv(name)
-    off = load_config(write(tmp_path, '[compile]\nenable = true\n'), [], 1)
-    assert launcher.export_cpp_wrapper_env(off) == (None, False)
-    assert not any(name in os.environ for name in launcher.CPP_WRAPPER_ENV)
-    monkeypatch.setenv("TORCHINDUCTOR_AUTOTUNE_AT_COMPILE_TIME", "1")  # the environment's own value wins
-    on = load_config(write(tmp_path, '[compile]\nenable = true\ncpp_wrapper = true\n', "on.toml"), [], 1)
-    monkeypatch.delitem(sys.modules, "torch._inductor.config", raising=False)
-    line, restart = launcher.export_cpp_wrapper_env(on)
-    assert os.environ["TORCHINDUCTOR_CPP_WRAPPER"] == "1" and os.environ["TORCHINDUCTOR_AUTOTUNE_AT_COMPILE_TIME"] == "1"
-    assert "on.toml" in line and "TORCHINDUCTOR_CPP_WRAPPER=1" in line and not restart
-    # set now, after inductor's config was imported: the process must restart for them to count
-    monkeypatch.delenv("TORCHINDUCTOR_CPP_WRAPPER")
-    monkeypatch.setitem(sys.modules, "torch._inductor.config", object())
-    assert launcher.export_cpp_wrapper_env(on)[1] is True
-    assert launcher.export_cpp_wrapper_env(on)[1] is False  # already in the environment: no second restart
-
-
-def test_cpp_wrapper_restart_runs_the_launcher_again_with_the_variables(tmp_path):
-    # a float8 config imports inductor while it loads, so the launcher restarts itself once (same PID)
-    path = write(tmp_path, '[model]\nflavor = "debug"\n[compile]\nenable = true\ncpp_wrapper = true\n'
-                 '[float8]\nenable = true\nemulate = true\n')
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHINDUCTOR_")}
-    probe = ("import os, sys, runpy; sys.argv = ['launch/train.py', '--config', %r, '--check-config'];"
-             "print('start', os.getpid(), os.environ.get('TORCHINDUCTOR_CPP_WRAPPER'), flush=True);"
-             "runpy.run_path(%r, run_name='__main__')") % (path, os.path.join(ROOT, "launch", "train.py"))
-    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    starts = [line.split() for line in out.stdout.splitlines() if line.startswith("start ")]
-    assert [s[2] for s in starts] == ["None", "1"] and starts[0][1] == starts[1][1], out.stdout  # same PID
-    assert "config OK" in out.stdout

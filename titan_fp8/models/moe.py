@@ -24,8 +24,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.profiler import record_function
 
-from titan_fp8.models.grouped_mm_op import needs_opaque_grouped_mm, opaque_grouped_mm
-
 __all__ = ["MoEArgs", "grouped_mm", "GroupedExperts", "Router", "FeedForward", "MoE", "DispatchPlan", "dispatch_plan"]
 
 
@@ -153,10 +151,7 @@ def grouped_mm(x: Tensor, w: Tensor, offs: Tensor) -> Tensor:
     # does: offs[-1] == T) they select everything, and torch.compile fuses them into neighbours.
     valid = (_row_group(offs, x.shape[0]) < w.shape[0]).unsqueeze(1)
     x = torch.where(valid, x, 0)
-    if needs_opaque_grouped_mm():  # compiled with inductor's C++ wrapper on torch < 2.12 (grouped_mm_op.py)
-        out = opaque_grouped_mm(x, w.transpose(-2, -1), offs)
-    else:
-        out = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
+    out = torch._grouped_mm(x, w.transpose(-2, -1), offs=offs)
     return torch.where(valid, out, 0)
 
 
