@@ -23,6 +23,9 @@ Timing: per (shape, pass) every variant round-robin (benchmarks/cuda_timing.inte
 alternated, CUDA events per call, median. Writes deepgemm_anchor-<device>-<date>.json under $OUT (or
 benchmarks/results/).
 
+--plain-fp8 adds 'fp8_dense' rows: cuBLAS torch._scaled_mm with one scale per tensor, one dense GEMM of the same
+FLOPs per pass (other numbers than the block-scaled kernels: a pace reference, not an output check).
+
 --warm SHAPE:PASS only makes DeepGEMM JIT-compile that kernel (zero operands of the real shapes: its heuristics
 read M, so the kernel is the one timed later) into $DG_JIT_CACHE_DIR; the device script runs all nine at once,
 since one process compiles its kernels one after another and each nvcc run is single-threaded.
@@ -142,6 +145,10 @@ def main():
     ap.add_argument("--passes", default=",".join(PASSES))
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--warm", default="", help="SHAPE:PASS: only JIT-compile DeepGEMM's kernel for it")
+    ap.add_argument("--plain-fp8", action="store_true",
+                    help="also time 'fp8_dense': cuBLAS torch._scaled_mm with one scale per tensor, one dense GEMM "
+                         "of the same FLOPs (fprop/dgrad [M, K]x[K, N] with one expert's weight, wgrad reducing "
+                         "over all M tokens): the pace of fp8 on this GPU with no block scales at all")
     ap.add_argument("--ours-schedule", action="append", default=[], metavar="LABEL@SCHEDULE",
                     help="also time our CUTLASS kernels under $TITAN_FP8_CUTLASS_SCHEDULE=SCHEDULE, rows "
                          "'ours[LABEL]' (e.g. s18@fprop=cooperative;dgrad=cooperative;wgrad=cooperative_lpt); "
@@ -204,6 +211,13 @@ def main():
             *q[1], wn_data, wn_scale, offs, block=128, w_tile=128, **kw) for q in qs]
         kern["wgrad"]["mx128_cutlass"] = [lambda q=q: mxfp8_grouped_mm_wgrad(
             *q[2], *q[3], offs, block=128, a_tile=128, token_align=128, **kw) for q in qs]
+        if args.plain_fp8:
+            one = torch.ones((), device="cuda")
+            dense = lambda a, b: torch._scaled_mm(a, b, scale_a=one, scale_b=one,  # noqa: E731
+                                                  out_dtype=torch.bfloat16)
+            kern["fprop"]["fp8_dense"] = [lambda q=q: dense(q[0][0], wq[0][0].t()) for q in qs]
+            kern["dgrad"]["fp8_dense"] = [lambda q=q: dense(q[1][0], wqt[0][0].t()) for q in qs]
+            kern["wgrad"]["fp8_dense"] = [lambda q=q: dense(q[2][0], q[3][0].t()) for q in qs]
         checks = {}
         for name, sched in extra.items():
             for p in PASSES:
