@@ -35,6 +35,9 @@ Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantiz
   op_mx32_gluon_s28 (its quantizers launched as in session 28: 128 x 128 programs, 32-token columns at 4 warps)
   op_mx128_cutlass_tq, op_mx32_gluon_tq (TITAN_FP8_ROWCOL_QUANT=triton: the x / dO copies on the Triton kernel,
   as before session 30; the default rows take the CUDA one where it builds)
+  op_mx128_cutlass_w1, op_mx128_deepgemm_w1 (benchmarks/mx128_op_variants.py: both weight copies from one read;
+  the second with fprop / dgrad on DeepGEMM, listed where `import deep_gemm` works; each checked against
+  op_mx128_cutlass before timing: a "check" row with the norm-wise rel. difference of out, dx, dw)
   (titan_fp8.float8.experts.mxfp8_grouped_mm). --ops picks a subset (default all). FLOPs: 3 GEMMs.
 Timing: per (shape, routing, pass) every variant round-robin, --rounds rounds (default 50), CUDA events per call,
 median (benchmarks/cuda_timing.interleaved_ms; kernels alternate two input sets, each far larger than L2): the
@@ -483,11 +486,34 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
     ops["op_mx32_gluon_s28"] = with_quant_launch(ops["op_mx32_gluon"], launch_rule_s28)
     for name in ("op_mx128_cutlass", "op_mx32_gluon"):  # the x / dO copies on the Triton kernel, as before s30
         ops[name + "_tq"] = with_env(ops[name], "TITAN_FP8_ROWCOL_QUANT", "triton")
+    from benchmarks.mx128_op_variants import mx128_op_variant  # both weight copies from one read (+ DeepGEMM)
+    ops["op_mx128_cutlass_w1"] = lambda x, w, o: mx128_op_variant(x, w, o, gemm="cutlass")
+    try:
+        import deep_gemm  # noqa: F401  (built by benchmarks/deepgemm_device_run.sh)
+        ops["op_mx128_deepgemm_w1"] = lambda x, w, o: mx128_op_variant(x, w, o, gemm="deepgemm")
+    except Exception as e:
+        if not only or "op_mx128_deepgemm_w1" in only.split(","):
+            rec(shape=shape, routing=rname, pass_="fwd+bwd", variant="op_mx128_deepgemm_w1", error=repr(e)[:300])
     if only:
-        unknown = set(only.split(",")) - set(ops)
+        unknown = set(only.split(",")) - set(ops) - {"op_mx128_deepgemm_w1"}  # (its missing import: a row above)
         if unknown:
             raise SystemExit(f"--ops: {sorted(unknown)} unknown; allowed: {', '.join(ops)}")
         ops = {k: v for k, v in ops.items() if k in only.split(",") or k == "bf16"}
+    for name in [n for n in ops if n.endswith("_w1")]:  # same numbers as the op, checked before timing
+        got = []
+        try:
+            for fn in (lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128),
+                       ops[name]):
+                x.grad = w.grad = None
+                out = fn(x, w, offs)
+                out.backward(go)
+                got.append((out.detach(), x.grad.clone(), w.grad.clone()))
+            rec(shape=shape, routing=rname, pass_="check", variant=name,
+                rel_vs_op={k: float(f"{rel(a, b):.3g}") for k, a, b in zip(("out", "dx", "dw"), got[1], got[0])})
+        except Exception as e:  # recorded; the variant is not timed
+            rec(shape=shape, routing=rname, pass_="check", variant=name, error=repr(e)[:400])
+            del ops[name]
+        del got
     runs = {}
     for name, fn in ops.items():
         def run(fn=fn):
@@ -513,6 +539,10 @@ def print_table(meta, rows, secs):
     for r in rows:
         if "error" in r:
             print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} ERROR {r['error'][:90]}")
+            continue
+        if "rel_vs_op" in r:
+            print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} rel. to op_mx128_cutlass: "
+                  + ", ".join(f"{k} {v}" for k, v in r["rel_vs_op"].items()))
             continue
         print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} {r['ms']:8.3f} "
               f"{r['TFLOPs']:8.1f} {r.get('vs_bf16', ''):>8} {r.get('vs_fp8_rowwise', ''):>8} "
