@@ -45,6 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.cuda_timing import interleaved_ms  # noqa: E402
+from benchmarks.mx128_op_variants import deepgemm_scales as fp32_scales, mn_major  # noqa: E402
 
 SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
 E, TPE = 8, 8192
@@ -67,19 +68,6 @@ def import_deep_gemm():
 def dg_commit():
     p = os.path.join(ROOT, "third_party_build", "DeepGEMM", "DEEPGEMM_COMMIT")
     return open(p).read().strip() if os.path.exists(p) else None
-
-
-def mn_major(sf):
-    """[R, C] fp32 -> same values with strides (1, R): DeepGEMM's 'MN-major, TMA-aligned' SFA (R % 4 == 0 here)."""
-    return sf.t().contiguous().t()
-
-
-def fp32_scales(scale, tile):
-    """E8M0 bytes [..., R, C/32] (shared over 4 blocks x tile rows) -> one fp32 per 1x128 (tile 1) or 128x128
-    (tile 128) region: the scales DeepGEMM reads."""
-    from kernels.mxfp8.reference import e8m0_to_fp32
-    s = e8m0_to_fp32(scale[..., ::4])
-    return s[..., ::tile, :].contiguous() if tile > 1 else s
 
 
 def per_group_kmajor(t, sizes):

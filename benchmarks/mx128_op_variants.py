@@ -19,14 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.grouped_gemm import (
-    grouped_mm_dgrad_reference,
-    grouped_mm_fprop_reference,
-    grouped_mm_wgrad_reference,
-    mxfp8_grouped_mm_dgrad,
-    mxfp8_grouped_mm_fprop,
-    mxfp8_grouped_mm_wgrad,
-)
+import kernels.grouped_gemm as gg
 from kernels.mxfp8.reference import e8m0_to_fp32
 from titan_fp8.float8 import experts
 
@@ -53,12 +46,8 @@ def row_groups(offs: torch.Tensor, rows: int) -> torch.Tensor:
     return torch.where(g < offs.shape[0], g, -1).to(torch.int32)
 
 
-def _rows_gemm(gemm, a, sa, b, sb, offs, groups, reference, ours):
-    """out[M, b.shape[1]] = a @ b[e]^T per group; b: [E, N, K] data (K contiguous) with 128x128-tile scales."""
-    if gemm == "reference":
-        return reference(a, sa, b, sb, offs, out_dtype=torch.bfloat16)
-    if gemm == "cutlass":
-        return ours()
+def _deepgemm_rows(a, sa, b, sb, groups):
+    """out[M, N] = a @ b[e]^T per row group on DeepGEMM: b [E, N, K] data (K contiguous), 128x128-tile scales."""
     import deep_gemm
 
     out = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
@@ -83,34 +72,39 @@ class _Mx128OpVariant(torch.autograd.Function):
     def forward(ctx, x, w, offs, gemm):
         emulated = gemm == "reference"
         backend = "emulated" if emulated else "cutlass"
+        kw = dict(block=G.block, w_tile=G.weight_tile, validate=False, backend="cutlass")
         xd, xs, xtd, xts = experts._quant_act(x, offs, G, True, True, G.wgrad_x_tile, backend)
         wd, ws, wtd, wts = _weights_one_read(w, emulated)
         groups = row_groups(offs, x.shape[0]) if gemm == "deepgemm" else None
-        out = _rows_gemm(gemm, xd, xs, wd, ws, offs, groups, grouped_mm_fprop_reference,
-                         lambda: mxfp8_grouped_mm_fprop(xd, xs, wd, ws, offs, x.dtype, block=G.block,
-                                                        w_tile=G.weight_tile, validate=False, backend="cutlass"))
+        if gemm == "deepgemm":
+            out = _deepgemm_rows(xd, xs, wd, ws, groups)
+        elif emulated:
+            out = gg.grouped_mm_fprop_reference(xd, xs, wd, ws, offs, out_dtype=x.dtype)
+        else:
+            out = gg.mxfp8_grouped_mm_fprop(xd, xs, wd, ws, offs, x.dtype, **kw)
         ctx.save_for_backward(xtd, xts, wtd, wts, offs, groups)
-        ctx.gemm, ctx.w_dtype = gemm, w.dtype
+        ctx.gemm, ctx.x_dtype, ctx.w_dtype = gemm, x.dtype, w.dtype
         return out
 
     @staticmethod
     def backward(ctx, dout):
         xtd, xts, wtd, wts, offs, groups = ctx.saved_tensors
         gemm = ctx.gemm
-        backend = "emulated" if gemm == "reference" else "cutlass"
-        dd, ds, dtd, dts = experts._quant_act(dout, offs, G, True, True, 1, backend)
+        emulated = gemm == "reference"
+        kw = dict(block=G.block, validate=False, backend="cutlass")
+        dd, ds, dtd, dts = experts._quant_act(dout, offs, G, True, True, 1, "emulated" if emulated else "cutlass")
         wn_data, wn_scale = wtd.transpose(1, 2), wts.transpose(1, 2)  # [E, N, K] view of W^T, as the op passes it
-        dx = _rows_gemm(gemm, dd, ds, wtd, wts, offs, groups,
-                        lambda a, sa, b, sb, o, out_dtype: grouped_mm_dgrad_reference(a, sa, wn_data, wn_scale, o,
-                                                                                     out_dtype=out_dtype),
-                        lambda: mxfp8_grouped_mm_dgrad(dd, ds, wn_data, wn_scale, offs, torch.bfloat16,
-                                                       block=G.block, w_tile=G.weight_tile, validate=False,
-                                                       backend="cutlass"))
-        if gemm == "reference":
-            dw = grouped_mm_wgrad_reference(dtd, dts, xtd, xts, offs, out_dtype=torch.float32)
+        if gemm == "deepgemm":
+            dx = _deepgemm_rows(dd, ds, wtd, wts, groups)  # W^T [E, K, N]: N contiguous, DeepGEMM's K-major B
+        elif emulated:
+            dx = gg.grouped_mm_dgrad_reference(dd, ds, wn_data, wn_scale, offs, out_dtype=ctx.x_dtype)
         else:
-            dw = mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, torch.bfloat16, block=G.block,
-                                        a_tile=G.wgrad_x_tile, validate=False, backend="cutlass", token_align=128)
+            dx = gg.mxfp8_grouped_mm_dgrad(dd, ds, wn_data, wn_scale, offs, ctx.x_dtype, w_tile=G.weight_tile, **kw)
+        if emulated:
+            dw = gg.grouped_mm_wgrad_reference(dtd, dts, xtd, xts, offs, out_dtype=torch.float32)
+        else:  # bf16 dW from the kernel, as the op writes it for bf16 weights
+            dw = gg.mxfp8_grouped_mm_wgrad(dtd, dts, xtd, xts, offs, torch.bfloat16, a_tile=G.wgrad_x_tile,
+                                           token_align=128, **kw)
         return dx, dw.to(ctx.w_dtype), None, None
 
 
