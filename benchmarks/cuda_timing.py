@@ -1,4 +1,8 @@
-"""CUDA-graph timing shared by the benchmarks: no host launch cost in the number."""
+"""Timing shared by the benchmarks: CUDA-graph replays (no host launch cost in the number), round-robin and
+steady-state timing of several variants with CUDA events."""
+import datetime
+import time
+
 import torch
 
 
@@ -54,10 +58,75 @@ def interleaved_ms(fns, rounds, event=None, synchronize=None):
             end.record()
             marks[v].append((start, end))
     synchronize()
-    out = {}
-    for v in names:
-        ts = sorted(s.elapsed_time(e) for s, e in marks[v])
-        n = len(ts)
-        med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
-        out[v] = (med, (ts[(3 * n) // 4] - ts[n // 4]) / med if med > 0 else 0.0)
-    return out
+    return {v: _median_iqr([s.elapsed_time(e) for s, e in marks[v]]) for v in names}
+
+
+def _median_iqr(samples):
+    """(median, interquartile range / median) of a list of times."""
+    ts = sorted(samples)
+    n = len(ts)
+    med = ts[n // 2] if n % 2 else 0.5 * (ts[n // 2 - 1] + ts[n // 2])
+    return med, (ts[(3 * n) // 4] - ts[n // 4]) / med if med > 0 else 0.0
+
+
+def steady_ms(fns, rounds, settle_s=0.8, measure_s=0.4, event=None, synchronize=None, clock=None, windows=None):
+    """Per variant: (median ms, interquartile range / median) over `rounds` rounds of steady-state timing.
+
+    Each round runs every variant (rotating order, as interleaved_ms) back to back: first for settle_s seconds
+    untimed, so the GPU reaches the clock that this variant alone holds under the board's power cap, then k more
+    calls between two CUDA events, k sized from the settle phase's rate to last about measure_s; one sample = the
+    events' time / k. Under the board's power cap a variant run alone holds the clock its own power draw allows
+    (H200 at 700 W, session 42: bf16 grouped GEMMs ~1300-1470 MHz, the mx128 op ~1490-1510, mx32 kernels ~1600);
+    round-robin (interleaved_ms) gives every variant the clock of the mix. A bf16 and a float8 training run each
+    hold their own step's clock, whose kernels only partly differ: the ratio a run sees lies between the two
+    methods (steady overstates a lower-power variant's gain, round-robin understates it). `windows` (a dict)
+    receives each variant's measured (start, end) wall-clock seconds, to read beside an nvidia-smi clock log.
+    `clock` defaults to time.time."""
+    event = event or (lambda: torch.cuda.Event(enable_timing=True))
+    synchronize = synchronize or torch.cuda.synchronize
+    clock = clock or time.time
+    names = list(fns)
+    samples = {v: [] for v in names}
+    for r in range(rounds):
+        for v in names[r % len(names):] + names[:r % len(names)]:
+            calls, i = fns[v], 0
+            synchronize()
+            t0 = clock()
+            while True:  # settle; synchronize every call, so the rate below is the GPU's, not the launch queue's
+                calls[i % len(calls)]()
+                i += 1
+                synchronize()
+                if clock() - t0 >= settle_s:
+                    break
+            k = max(1, round(measure_s * i / max(clock() - t0, 1e-9)))
+            start, end = event(), event()
+            w0 = clock()
+            start.record()
+            for j in range(k):
+                calls[(i + j) % len(calls)]()
+            end.record()
+            synchronize()
+            samples[v].append(start.elapsed_time(end) / k)
+            if windows is not None:
+                windows.setdefault(v, []).append((w0, clock()))
+    return {v: _median_iqr(samples[v]) for v in names}
+
+
+def smi_means(path, windows):
+    """Mean SM MHz and W of the samples of an nvidia-smi log (`nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw
+    --format=csv,noheader -lms 100`, written on the same machine) that fall in any (start, end) wall-clock window
+    (time.time() seconds, as steady_ms's `windows`); {} when none does. Unreadable lines are skipped."""
+    mhz, watts = [], []
+    with open(path) as f:
+        for line in f:
+            parts = [p.strip() for p in line.split(",")]
+            try:
+                t = datetime.datetime.strptime(parts[0], "%Y/%m/%d %H:%M:%S.%f").timestamp()  # local, as time.time()
+                if any(a <= t <= b for a, b in windows):
+                    mhz.append(float(parts[1].split()[0]))
+                    watts.append(float(parts[2].split()[0]))
+            except (ValueError, IndexError):
+                continue
+    if not mhz:
+        return {}
+    return {"samples": len(mhz), "sm_mhz": round(sum(mhz) / len(mhz)), "watts": round(sum(watts) / len(watts), 1)}

@@ -18,7 +18,8 @@
 # linked in there, as its setup.py copies them) into $DG_JIT_CACHE_DIR; the nine kernels are compiled by nine
 # processes at once (--warm) while our CUTLASS extension builds, then one process times everything.
 # $OUT: build_dg.log, build_ours.log, first.log, variant.txt, warm.log, bench.log, deepgemm_anchor-*.json
-# (+ pytest.log with DG_TESTS, ncu_<i>.* with DG_NCU, backends.log + its json with DG_BACKENDS_ARGS), all packed
+# (+ pytest.log with DG_TESTS, ncu_<i>.* with DG_NCU, backends.log + its json with DG_BACKENDS_ARGS, breakdown.log +
+# gpu_clocks.csv + its json with DG_BREAKDOWN_ARGS), all packed
 # into $OUT/all.tgz at the end.
 # DG_ROUNDS: timing rounds (default 30); DG_SKIP_BENCH=1 skips the anchor's timing; DG_PRINT_CONFIGS=1 (DeepGEMM's
 # own variable) logs the block sizes / cluster / stages its heuristics pick.
@@ -107,6 +108,16 @@ if [ -n "${DG_BACKENDS_ARGS:-}" ]; then  # then benchmarks/mxfp8_grouped_gemm_ba
   eval "timeout ${DG_BACKENDS_S:-240} python3 benchmarks/mxfp8_grouped_gemm_backends.py $DG_BACKENDS_ARGS" \
       > "$OUT/backends.log" 2>&1
   echo "backends rc=$? (${SECONDS}s)"; grep -v '^{' "$OUT/backends.log" | grep -v Warn | tail -60 | cut -c1-110
+fi
+if [ -n "${DG_BREAKDOWN_ARGS:-}" ]; then  # then benchmarks/mx128_op_breakdown.py, an nvidia-smi log beside it
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
+      > "$OUT/gpu_clocks.csv" 2>/dev/null &
+  smi=$!
+  eval "timeout ${DG_BREAKDOWN_S:-240} python3 benchmarks/mx128_op_breakdown.py --smi-log $OUT/gpu_clocks.csv \
+      $DG_BREAKDOWN_ARGS" > "$OUT/breakdown.log" 2>&1
+  echo "breakdown rc=$? (${SECONDS}s)"; kill $smi
+  grep -E "^==|^  .*ms .*%" "$OUT/breakdown.log" | cut -c1-150 | head -${DG_BREAKDOWN_LINES:-90}
+  grep -m5 -E "Error|error" "$OUT/breakdown.log"
 fi
 # everything under $OUT as one archive (the device tool returns a limited number of files)
 (cd "$OUT" && tar czf /tmp/dg_out.tgz . && rm -rf ./* && mv /tmp/dg_out.tgz all.tgz)

@@ -8,6 +8,10 @@
 #   PART=final: the committed benchmark of the issue in one run (benchmarks/mxfp8_grouped_gemm_backends.py: mx128
 #     CUTLASS and mx32 Gluon kernels and whole ops beside bf16, torch fp8 rowwise, cuBLAS blockwise, torchao).
 #   PART=linear: the MXFP8 Linear fwd+bwd, compiled, beside bf16 (benchmarks/float8_linear.py) at 8192x4096->4096.
+#   PART=steady (session 42): PART=final's variants at steady state (--timing steady: each variant back to back at
+#     its own clock under the power cap; STEADY_ARGS overrides rounds / settle / measure), with an nvidia-smi log
+#     ($OUT/gpu_clocks.csv) that gives each row its variant's mean SM clock and power; cuBLAS blockwise left out
+#     (time: the round-robin run of PART=final has it).
 # From the repo root:  run(command="PART=quant bash benchmarks/issue10_s40_device_run.sh", kind="nvidia-h200",
 #                          carry=[".whl"])
 source benchmarks/device_env.sh
@@ -44,6 +48,17 @@ final)
     --ops torchao_fp8_rowwise,op_mx128_cutlass,op_mx32_gluon --rounds ${ROUNDS:-15} > "$OUT/backends.log" 2>&1
   echo "backends rc=$? (${SECONDS}s)"
   grep -v '^{' "$OUT/backends.log" | grep -E "fprop|dgrad|wgrad|fwd\+bwd" | cut -c1-125
+  ;;
+steady)
+  build_cutlass; echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
+    > "$OUT/gpu_clocks.csv" 2>/dev/null &
+  smi=$!
+  timeout $(( 590 - SECONDS )) python3 benchmarks/mxfp8_grouped_gemm_backends.py --ours mx128_cutlass,mx32_gluon \
+    --ops torchao_fp8_rowwise,op_mx128_cutlass,op_mx32_gluon --no-cublas --timing steady \
+    --smi-log "$OUT/gpu_clocks.csv" ${STEADY_ARGS:---rounds 3 --settle-s 0.6 --measure-s 0.3} > "$OUT/backends.log" 2>&1
+  echo "backends rc=$? (${SECONDS}s)"; kill $smi
+  grep -v '^{' "$OUT/backends.log" | grep -E "fprop|dgrad|wgrad|fwd\+bwd" | cut -c1-132
   ;;
 linear)
   timeout 560 python3 benchmarks/float8_linear.py ${LINEAR_ARGS:---shapes acceptance --recipes mxfp8_mx128,tensorwise --out $OUT} > "$OUT/linear.log" 2>&1

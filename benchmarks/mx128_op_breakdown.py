@@ -3,7 +3,12 @@ and per iteration under torch.profiler, beside bf16 `torch._grouped_mm` fwd+bwd,
 benchmarks/mxfp8_grouped_gemm_backends.py (E = 8 x 8192 tokens).
 
     python benchmarks/mx128_op_breakdown.py [--shapes dsv3_up,llama_up] [--routing even] [--iters 10]
-        [--ops bf16,op_mx128_cutlass]     (also op_mx128_triton, op_mx32_gluon, op_mx32_gluon_s28, op_*_tq, torchao_fp8_rowwise)
+        [--ops bf16,op_mx128_cutlass]     (also op_mx128_triton, op_mx32_gluon, op_mx32_gluon_s28, op_*_tq, torchao_fp8_rowwise,
+                                           op_mx128_cutlass_w1, op_mx128_deepgemm_w1: benchmarks/mx128_op_variants.py)
+        [--sustain-s 2]                   (then each op back to back for that long: unix start/end times in the JSON,
+                                           to read beside an nvidia-smi clock/power log of the same run)
+        [--smi-log F]                     (that log, `nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw
+                                           --format=csv,noheader -lms 100`: mean SM clock / power per sustained op)
 
 Per op: wall ms per iteration (CUDA events around --iters back-to-back iterations), GPU-busy ms per iteration
 (the union of kernel intervals in the profiled iterations), and each kernel's ms per iteration and share of the
@@ -15,6 +20,7 @@ import argparse
 import datetime
 import os
 import sys
+import time
 
 import torch
 
@@ -30,6 +36,7 @@ from benchmarks.mxfp8_grouped_gemm_backends import (  # noqa: E402
     with_env,
     with_quant_launch,
 )
+from benchmarks.cuda_timing import smi_means  # noqa: E402
 from benchmarks.results_json import write_results  # noqa: E402
 from benchmarks.trace_gaps import gpu_gaps  # noqa: E402
 
@@ -56,6 +63,11 @@ def make_ops(names):
     ops["op_mx32_gluon_s28"] = with_quant_launch(ops["op_mx32_gluon"], launch_rule_s28)
     for name in ("op_mx128_cutlass", "op_mx32_gluon"):  # x / dO copies on the Triton kernel (before session 30)
         ops[name + "_tq"] = with_env(ops[name], "TITAN_FP8_ROWCOL_QUANT", "triton")
+    from benchmarks.mx128_op_variants import mx128_op_variant  # both weight copies from one read (+ DeepGEMM)
+    ops["op_mx128_cutlass_w1"] = lambda x, w, o: mx128_op_variant(x, w, o, gemm="cutlass")
+    if "op_mx128_deepgemm_w1" in names:
+        import deep_gemm  # noqa: F401  (built by benchmarks/deepgemm_device_run.sh; an ImportError names it)
+        ops["op_mx128_deepgemm_w1"] = lambda x, w, o: mx128_op_variant(x, w, o, gemm="deepgemm")
     try:
         from torchao.prototype.moe_training.fp8_grouped_mm import _to_fp8_rowwise_then_scaled_grouped_mm as tao
         ops["torchao_fp8_rowwise"] = lambda x, w, o: tao(x, w.transpose(-2, -1), o,
@@ -68,7 +80,7 @@ def make_ops(names):
     return {n: ops[n] for n in names}
 
 
-def profile_op(fn, x, w, go, offs, iters):
+def profile_op(fn, x, w, go, offs, iters, sustain_s=0.0):
     def step():
         x.grad = w.grad = None
         fwd_bwd(fn, x, w, offs, go)
@@ -94,6 +106,17 @@ def profile_op(fn, x, w, go, offs, iters):
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and "dur" in e]
     os.remove(path)
     _, busy, _ = gpu_gaps(events)
+    sustained = {}
+    if sustain_s > 0:  # the op back to back, as the benchmark's rows run it: its clock/power are in the smi log
+        n, t_start = 0, time.time()
+        while time.time() - t_start < sustain_s:
+            for _ in range(5):
+                step()
+            torch.cuda.synchronize()
+            n += 5
+        t_end = time.time()
+        sustained = {"t_start": round(t_start, 3), "t_end": round(t_end, 3), "iters": n,
+                     "ms_per_iter": round(1e3 * (t_end - t_start) / n, 4)}
     per = {}
     for e in events:
         if e.get("cat") == "kernel":
@@ -103,7 +126,8 @@ def profile_op(fn, x, w, go, offs, iters):
     kernels = sorted(({"kernel": n, "kind": kind(n), "ms_per_iter": round(ms / iters, 4),
                        "calls_per_iter": calls / iters} for n, (ms, calls) in per.items()),
                      key=lambda r: -r["ms_per_iter"])
-    return {"wall_ms": round(wall, 4), "busy_ms": round(busy / 1e3 / iters, 4), "kernels": kernels}
+    return {"wall_ms": round(wall, 4), "busy_ms": round(busy / 1e3 / iters, 4), "kernels": kernels,
+            "sustained": sustained}
 
 
 def quant_calls(shape, offs, reps=20):
@@ -154,6 +178,9 @@ def main():
     ap.add_argument("--routing", default="even")
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--ops", default="bf16,op_mx128_cutlass")
+    ap.add_argument("--sustain-s", type=float, default=0.0,
+                    help="then run each op back to back this long (its unix start/end in the JSON)")
+    ap.add_argument("--smi-log", default="", help="nvidia-smi log of this run: clock/power per sustained op")
     ap.add_argument("--quant", action="store_true", help="also time the op's four quantizer launches one by one")
     args = ap.parse_args()
     ops = make_ops([o for o in args.ops.split(",") if o])
@@ -171,14 +198,19 @@ def main():
         w = (torch.randn(E, N, K, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
         go = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
         for name, fn in ops.items():
-            r = profile_op(fn, x, w, go, offs, args.iters)
+            r = profile_op(fn, x, w, go, offs, args.iters, args.sustain_s)
             r.update(shape=shape, routing=args.routing, op=name)
+            if args.smi_log and r["sustained"]:
+                r["sustained"].update(smi_means(args.smi_log, [(r["sustained"]["t_start"], r["sustained"]["t_end"])]))
             rows.append(r)
             by_kind = {}
             for k in r["kernels"]:
                 by_kind[k["kind"]] = by_kind.get(k["kind"], 0.0) + k["ms_per_iter"]
             print(f"\n== {shape} {args.routing} {name}: wall {r['wall_ms']:.3f} ms/iter, GPU busy {r['busy_ms']:.3f}; "
-                  + ", ".join(f"{k} {v:.3f}" for k, v in sorted(by_kind.items())), flush=True)
+                  + ", ".join(f"{k} {v:.3f}" for k, v in sorted(by_kind.items()))
+                  + (f"; sustained {r['sustained']['ms_per_iter']:.3f} ms/iter" if r["sustained"] else "")
+                  + (f" at {r['sustained']['sm_mhz']} MHz, {r['sustained']['watts']} W"
+                     if r["sustained"].get("sm_mhz") else ""), flush=True)
             for k in r["kernels"][:14]:
                 print(f"  {k['ms_per_iter']:8.3f} ms {100 * k['ms_per_iter'] / r['busy_ms']:5.1f}%  "
                       f"x{k['calls_per_iter']:<4g} {k['kind']:5s} {k['kernel']}")

@@ -39,7 +39,12 @@ Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantiz
   the second with fprop / dgrad on DeepGEMM, listed where `import deep_gemm` works; each checked against
   op_mx128_cutlass before timing: a "check" row with the norm-wise rel. difference of out, dx, dw)
   (titan_fp8.float8.experts.mxfp8_grouped_mm). --ops picks a subset (default all). FLOPs: 3 GEMMs.
-Timing: per (shape, routing, pass) every variant round-robin, --rounds rounds (default 50), CUDA events per call,
+--timing steady (benchmarks/cuda_timing.steady_ms): each variant back to back, --settle-s untimed then ~--measure-s
+timed, --rounds rounds in rotating order, median; with --smi-log each row also gets its variant's mean SM clock and
+power (MHz column). Under the board's power cap a variant run alone holds its own clock (H200, session 42: bf16
+~1300-1470 MHz, the mx128 op ~1500, mx32 ~1600); round-robin calls share the mix's clock. A training run's ratio lies
+between the two (its step mixes these kernels with others): round-robin is the conservative figure.
+Timing (default, round-robin): per (shape, routing, pass) every variant round-robin, --rounds rounds, CUDA events per call,
 median (benchmarks/cuda_timing.interleaved_ms; kernels alternate two input sets, each far larger than L2): the
 variants of a pass share clocks and thermal state, so their ratios hold when the H100's clocks drift (one-variant-
 at-a-time timing read the same kernel 1.31 and 1.51 ms in one run). `iqr`: interquartile range / median.
@@ -68,7 +73,7 @@ from kernels.grouped_gemm import (  # noqa: E402
     mxfp8_grouped_mm_wgrad,
 )
 from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
-from benchmarks.cuda_timing import interleaved_ms  # noqa: E402
+from benchmarks.cuda_timing import interleaved_ms, smi_means, steady_ms  # noqa: E402
 
 SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
 E, TPE = 8, 8192
@@ -165,6 +170,8 @@ def routings(M):
 
 PASSES = ("fprop", "dgrad", "wgrad")
 TIMES: dict = {}  # variant -> ms of the pass timed last (timed() fills it; ratios read the baselines from it)
+STEADY: dict = {}  # --timing steady: {"settle_s", "measure_s", "smi_log"} (empty: round-robin)
+CLOCKS: dict = {}  # variant -> {"sm_mhz", "watts", "samples"} of the pass timed last (steady timing + --smi-log)
 
 
 def timed(fns, rec, shape, rname, pass_):
@@ -179,9 +186,18 @@ def timed(fns, rec, shape, rname, pass_):
             ok[v] = calls
         except Exception as e:  # record and go on
             rec(shape=shape, routing=rname, pass_=pass_, variant=v, error=repr(e)[:400])
-    res = interleaved_ms(ok, ROUNDS) if ok else {}
+    windows: dict = {}
+    if not ok:
+        res = {}
+    elif STEADY:
+        res = steady_ms(ok, ROUNDS, STEADY["settle_s"], STEADY["measure_s"], windows=windows)
+    else:
+        res = interleaved_ms(ok, ROUNDS)
     TIMES.clear()
     TIMES.update({v: ms for v, (ms, _) in res.items()})
+    CLOCKS.clear()
+    if STEADY.get("smi_log"):
+        CLOCKS.update({v: smi_means(STEADY["smi_log"], ws) for v, ws in windows.items()})
     return res
 
 
@@ -241,6 +257,13 @@ def main():
                     help="round-robin rounds per pass (every variant called once per round)")
     ap.add_argument("--ours", default=",".join(OURS),
                     help=f"which of our kernel variants to time (default all: {','.join(OURS)})")
+    ap.add_argument("--timing", default="round-robin", choices=["round-robin", "steady"],
+                    help="round-robin: every variant once per round, one shared clock (cuda_timing.interleaved_ms); "
+                         "steady: each variant back to back, its own clock under the power cap (cuda_timing.steady_ms)")
+    ap.add_argument("--settle-s", type=float, default=0.8, help="--timing steady: untimed seconds per variant and round")
+    ap.add_argument("--measure-s", type=float, default=0.4, help="--timing steady: timed seconds per variant and round")
+    ap.add_argument("--smi-log", default="", help="--timing steady: nvidia-smi log of this run (timestamp, clocks.sm, "
+                    "power.draw): each row gets its variant's mean SM clock / power over its timed windows")
     ap.add_argument("--ops", default="", help="comma list of op rows to time (default all; see the docstring)")
     ap.add_argument("--wgrad-out", default="bf16", choices=["bf16", "fp32"],
                     help="our wgrad kernels' dW dtype: bf16 = what the experts op writes for bf16 weights and what "
@@ -276,6 +299,8 @@ def main():
                 raise SystemExit(str(e))
             ours[f"cutlass[{cfg}]"] = (128, 128, 128, "cutlass", cfg)
     ROUNDS = args.rounds
+    if args.timing == "steady":
+        STEADY.update(settle_s=args.settle_s, measure_s=args.measure_s, smi_log=args.smi_log)
     dw_dtype = torch.bfloat16 if args.wgrad_out == "bf16" else torch.float32
     dev = "cuda"
     torch.manual_seed(0)
@@ -290,8 +315,12 @@ def main():
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC"), **vers, "command": "python " + " ".join(sys.argv), "experts": E,
         "tokens_per_expert": TPE, "wgrad_out": args.wgrad_out,
-        "timing": f"round-robin over the variants of a pass (benchmarks/cuda_timing.interleaved_ms), {ROUNDS} "
-                  f"rounds, CUDA events per call, median; iqr = interquartile range / median"}
+        "timing": (f"round-robin over the variants of a pass (benchmarks/cuda_timing.interleaved_ms), {ROUNDS} "
+                   f"rounds, CUDA events per call, median; iqr = interquartile range / median"
+                   if not STEADY else
+                   f"steady state per variant (benchmarks/cuda_timing.steady_ms): {ROUNDS} rounds in rotating order, "
+                   f"each variant {args.settle_s} s back to back untimed, then ~{args.measure_s} s between two CUDA "
+                   f"events; median over rounds; iqr = interquartile range / median")}
     print(json.dumps(meta), flush=True)
 
     def rec(**kw):
@@ -421,6 +450,7 @@ def main():
                         if b in kern[p] and v != b and b in TIMES:
                             r["vs_" + b] = round(TIMES[b] / ms, 3)
                     r.update(extras.get((p, v), {}))
+                    r.update(CLOCKS.get(v, {}))
                     rec(**r)
             del kern, f8, w8, wt8, operands
             torch.cuda.empty_cache()
@@ -526,6 +556,7 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
         for b in ("bf16", "torchao_fp8_rowwise"):
             if b in TIMES and b != name:
                 r["vs_" + b] = round(TIMES[b] / ms, 3)
+        r.update(CLOCKS.get(name, {}))
         rec(**r)
     del x, w, go
     torch.cuda.empty_cache()
@@ -533,9 +564,9 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
 
 def print_table(meta, rows, secs):
     print(f"\nMXFP8 grouped GEMM backends, {meta['device']}, torch {meta['torch']}, triton {meta['triton']}, "
-          f"torchao {meta['torchao']}, E={E}, {TPE} tokens/expert, {secs:.0f}s")
+          f"torchao {meta['torchao']}, E={E}, {TPE} tokens/expert, {secs:.0f}s\ntiming: {meta['timing']}")
     print(f"{'shape':10s} {'routing':7s} {'pass':7s} {'variant':44s} {'ms':>8s} {'TFLOP/s':>8s} {'vs bf16':>8s} "
-          f"{'vs fp8rw':>8s} {'vs torchao':>10s} {'rel':>8s} {'iqr':>6s}")
+          f"{'vs fp8rw':>8s} {'vs torchao':>10s} {'rel':>8s} {'iqr':>6s} {'MHz':>5s}")
     for r in rows:
         if "error" in r:
             print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} ERROR {r['error'][:90]}")
@@ -546,7 +577,8 @@ def print_table(meta, rows, secs):
             continue
         print(f"{r['shape']:10s} {r['routing']:7s} {r['pass_']:7s} {r['variant']:44s} {r['ms']:8.3f} "
               f"{r['TFLOPs']:8.1f} {r.get('vs_bf16', ''):>8} {r.get('vs_fp8_rowwise', ''):>8} "
-              f"{r.get('vs_torchao_fp8_rowwise', ''):>10} {r.get('rel_vs', ''):>8} {r.get('iqr', ''):>6}")
+              f"{r.get('vs_torchao_fp8_rowwise', ''):>10} {r.get('rel_vs', ''):>8} {r.get('iqr', ''):>6} "
+              f"{r.get('sm_mhz', ''):>5}")
 
 
 def write_json(meta, rows):
