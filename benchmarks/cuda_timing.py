@@ -130,3 +130,33 @@ def smi_means(path, windows):
     if not mhz:
         return {}
     return {"samples": len(mhz), "sm_mhz": round(sum(mhz) / len(mhz)), "watts": round(sum(watts) / len(watts), 1)}
+
+
+def add_timing_args(ap):
+    """The benchmarks' timing switches (argparse): --timing round-robin | steady, --settle-s, --measure-s, --smi-log."""
+    ap.add_argument("--timing", default="round-robin", choices=["round-robin", "steady"],
+                    help="round-robin: every variant once per round, one shared clock (interleaved_ms); steady: each "
+                         "variant back to back at the clock it holds alone under the power cap (steady_ms)")
+    ap.add_argument("--settle-s", type=float, default=0.8, help="--timing steady: untimed seconds per variant and round")
+    ap.add_argument("--measure-s", type=float, default=0.4, help="--timing steady: timed seconds per variant and round")
+    ap.add_argument("--smi-log", default="", help="--timing steady: this run's nvidia-smi log (timestamp, clocks.sm, "
+                    "power.draw): each variant's mean SM clock / power over its timed windows")
+
+
+def make_timer(args, **fakes):
+    """(time(fns, rounds) -> ({variant: (median ms, iqr)}, {variant: smi_means or {}}), description for the JSON)
+    from add_timing_args's switches. fakes: event / synchronize (/ clock for steady) for tests."""
+    if args.timing == "round-robin":
+        return (lambda fns, rounds: (interleaved_ms(fns, rounds, **fakes), {}),
+                "round-robin (benchmarks/cuda_timing.interleaved_ms): every variant once per round in rotating order, "
+                "CUDA events per call, median; iqr = interquartile range / median")
+
+    def time_steady(fns, rounds):
+        windows = {}
+        res = steady_ms(fns, rounds, args.settle_s, args.measure_s, windows=windows, **fakes)
+        clocks = {v: smi_means(args.smi_log, ws) for v, ws in windows.items()} if args.smi_log else {}
+        return res, clocks
+    return (time_steady,
+            f"steady state per variant (benchmarks/cuda_timing.steady_ms): rounds in rotating order, each variant "
+            f"{args.settle_s} s back to back untimed, then ~{args.measure_s} s between two CUDA events; median over "
+            f"rounds; iqr = interquartile range / median")

@@ -12,6 +12,11 @@
 # then, if device time remains, ncu of the candidates (PYTEST_K=none selects no test):
 #   PYTEST_K=none bash benchmarks/gluon_device_call.sh 60 150 "fprop:m5p fprop:m6w1p wgrad:m5w1u16p" \
 #     --routings even --rep 50 --skip-triton --shapes dsv3_up --configs default,m5p,m6w1p
+# GLUON_SMI=1 (environment, optional): log SM clock / power during the benchmark and give each row its variant's
+# mean clock (pass --timing steady too). Next (session 42's open line, the mx32 wgrad at even routing; ~8 min):
+#   GLUON_SMI=1 PYTEST_K=none bash benchmarks/gluon_device_call.sh 30 480 "" --passes wgrad --routings even \
+#     --shapes dsv3_up,llama_up --skip-triton --timing steady --rounds 3 --settle-s 0.6 --measure-s 0.3 \
+#     --configs default,m12,w11,m11s5,g4,g16
 T1=${1:-120}; T2=${2:-240}; JOBS=$3; shift 3
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
@@ -38,6 +43,13 @@ for j in $JOBS; do
   echo "== $n ($(( $(date +%s) - t0 ))s)"
 done
 rm -f $OUT/*.ncu-rep.tmp
+smi=
+if [ -n "${GLUON_SMI:-}" ]; then  # an nvidia-smi clock/power log, read back by the benchmark (--timing steady rows)
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
+    > $OUT/gpu_clocks.csv 2>/dev/null &
+  smi=$!; set -- "$@" --smi-log $OUT/gpu_clocks.csv
+fi
 PYTHONUNBUFFERED=1 timeout $T2 python benchmarks/mxfp8_grouped_gemm_gluon.py "$@" > $OUT/bench.log 2>&1
-echo "bench rc=$? ($(( $(date +%s) - t0 ))s)"; grep -v '^{' $OUT/bench.log | tail -80
+echo "bench rc=$? ($(( $(date +%s) - t0 ))s)"; [ -n "$smi" ] && kill $smi
+grep -v '^{' $OUT/bench.log | tail -80
 echo "pytest:"; grep -E "passed|failed|error" $OUT/pytest.log | tail -3; grep -E "^FAILED|^ERROR" $OUT/pytest.log | head -20

@@ -73,7 +73,7 @@ from kernels.grouped_gemm import (  # noqa: E402
     mxfp8_grouped_mm_wgrad,
 )
 from kernels.grouped_gemm.quant import to_mxfp8_blocked  # noqa: E402
-from benchmarks.cuda_timing import interleaved_ms, smi_means, steady_ms  # noqa: E402
+from benchmarks.cuda_timing import add_timing_args, make_timer  # noqa: E402
 
 SHAPES = {"dsv3_up": (7168, 2048), "dsv3_down": (2048, 7168), "llama_up": (4096, 2816)}
 E, TPE = 8, 8192
@@ -170,8 +170,8 @@ def routings(M):
 
 PASSES = ("fprop", "dgrad", "wgrad")
 TIMES: dict = {}  # variant -> ms of the pass timed last (timed() fills it; ratios read the baselines from it)
-STEADY: dict = {}  # --timing steady: {"settle_s", "measure_s", "smi_log"} (empty: round-robin)
 CLOCKS: dict = {}  # variant -> {"sm_mhz", "watts", "samples"} of the pass timed last (steady timing + --smi-log)
+TIMER = [None]  # cuda_timing.make_timer's function for this run (main sets it)
 
 
 def timed(fns, rec, shape, rname, pass_):
@@ -186,18 +186,11 @@ def timed(fns, rec, shape, rname, pass_):
             ok[v] = calls
         except Exception as e:  # record and go on
             rec(shape=shape, routing=rname, pass_=pass_, variant=v, error=repr(e)[:400])
-    windows: dict = {}
-    if not ok:
-        res = {}
-    elif STEADY:
-        res = steady_ms(ok, ROUNDS, STEADY["settle_s"], STEADY["measure_s"], windows=windows)
-    else:
-        res = interleaved_ms(ok, ROUNDS)
+    res, clocks = TIMER[0](ok, ROUNDS) if ok else ({}, {})
     TIMES.clear()
     TIMES.update({v: ms for v, (ms, _) in res.items()})
     CLOCKS.clear()
-    if STEADY.get("smi_log"):
-        CLOCKS.update({v: smi_means(STEADY["smi_log"], ws) for v, ws in windows.items()})
+    CLOCKS.update(clocks)
     return res
 
 
@@ -257,13 +250,7 @@ def main():
                     help="round-robin rounds per pass (every variant called once per round)")
     ap.add_argument("--ours", default=",".join(OURS),
                     help=f"which of our kernel variants to time (default all: {','.join(OURS)})")
-    ap.add_argument("--timing", default="round-robin", choices=["round-robin", "steady"],
-                    help="round-robin: every variant once per round, one shared clock (cuda_timing.interleaved_ms); "
-                         "steady: each variant back to back, its own clock under the power cap (cuda_timing.steady_ms)")
-    ap.add_argument("--settle-s", type=float, default=0.8, help="--timing steady: untimed seconds per variant and round")
-    ap.add_argument("--measure-s", type=float, default=0.4, help="--timing steady: timed seconds per variant and round")
-    ap.add_argument("--smi-log", default="", help="--timing steady: nvidia-smi log of this run (timestamp, clocks.sm, "
-                    "power.draw): each row gets its variant's mean SM clock / power over its timed windows")
+    add_timing_args(ap)
     ap.add_argument("--ops", default="", help="comma list of op rows to time (default all; see the docstring)")
     ap.add_argument("--wgrad-out", default="bf16", choices=["bf16", "fp32"],
                     help="our wgrad kernels' dW dtype: bf16 = what the experts op writes for bf16 weights and what "
@@ -299,8 +286,7 @@ def main():
                 raise SystemExit(str(e))
             ours[f"cutlass[{cfg}]"] = (128, 128, 128, "cutlass", cfg)
     ROUNDS = args.rounds
-    if args.timing == "steady":
-        STEADY.update(settle_s=args.settle_s, measure_s=args.measure_s, smi_log=args.smi_log)
+    TIMER[0], timing = make_timer(args)
     dw_dtype = torch.bfloat16 if args.wgrad_out == "bf16" else torch.float32
     dev = "cuda"
     torch.manual_seed(0)
@@ -315,12 +301,7 @@ def main():
     meta = {"device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M UTC"), **vers, "command": "python " + " ".join(sys.argv), "experts": E,
         "tokens_per_expert": TPE, "wgrad_out": args.wgrad_out,
-        "timing": (f"round-robin over the variants of a pass (benchmarks/cuda_timing.interleaved_ms), {ROUNDS} "
-                   f"rounds, CUDA events per call, median; iqr = interquartile range / median"
-                   if not STEADY else
-                   f"steady state per variant (benchmarks/cuda_timing.steady_ms): {ROUNDS} rounds in rotating order, "
-                   f"each variant {args.settle_s} s back to back untimed, then ~{args.measure_s} s between two CUDA "
-                   f"events; median over rounds; iqr = interquartile range / median")}
+        "timing": f"{timing}; {ROUNDS} rounds per pass"}
     print(json.dumps(meta), flush=True)
 
     def rec(**kw):

@@ -10,7 +10,8 @@ mx32 = plain 1x32 E8M0 scales on activations/gradients along the reduction axis,
 E = 8 experts x 8192 tokens, (K, N) as in benchmarks/mxfp8_grouped_gemm.py. Kernel time only (quantization
 excluded), every variant of a pass timed round-robin (benchmarks/cuda_timing.interleaved_ms: one clock state for
 all, the order rotating each round; alone at an H100's power cap the Gluon kernels run ~12% higher clocks than
-amid others, session 15), two rotating input sets. wgrad writes dW in bf16 as the experts op does for bf16 weights
+amid others, session 15) or with --timing steady each at the clock it holds alone (steady_ms; --smi-log adds each
+variant's clock), two rotating input sets. wgrad writes dW in bf16 as the experts op does for bf16 weights
 and as the bf16 peer does (--wgrad-out fp32: sessions <= 24). Each Gluon config's output is compared
 with the float64 reference (default config) or with the default config's output (the others).
 Writes mxfp8_grouped_gemm_gluon-<device>-<date>.json to $OUT or benchmarks/results/.
@@ -29,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mxfp8_grouped_gemm import SHAPES, E, TPE, rel, routings  # noqa: E402
-from cuda_timing import interleaved_ms  # noqa: E402
+from cuda_timing import add_timing_args, make_timer  # noqa: E402
 
 from kernels.grouped_gemm import (  # noqa: E402
     grouped_mm_dgrad_reference,
@@ -148,7 +149,7 @@ def main():
                     "its Gluon launchers (variants base_<config>, --base-configs) in the same rounds")
     ap.add_argument("--base-configs", default="default", help="the configs (comma list) to time with --base")
     ap.add_argument("--passes", default="fprop,dgrad,wgrad", help="which GEMMs to time (comma list)")
-    ap.add_argument("--rounds", type=int, default=50, help="round-robin rounds per pass (kernels)")
+    ap.add_argument("--rounds", type=int, default=50, help="timing rounds per pass (kernels)")
     ap.add_argument("--op-rounds", type=int, default=30, help="round-robin rounds of the --op section")
     ap.add_argument("--wgrad-out", default="bf16", choices=["bf16", "fp32"],
                     help="dW's dtype: bf16 = what the experts op writes for bf16 weights and what the bf16 peer "
@@ -157,7 +158,9 @@ def main():
     ap.add_argument("--op", default="", help="shapes (comma list) at which to also time the whole autograd op "
                     "titan_fp8.float8.experts.mxfp8_grouped_mm(granularity='mx32') fwd+bwd, quantization included, "
                     "backend triton vs gluon, against bf16 torch._grouped_mm fwd+bwd (even routing)")
+    add_timing_args(ap)  # --timing steady: each variant at the clock it holds alone (cuda_timing.steady_ms)
     args = ap.parse_args()
+    timer, timing = make_timer(args)
     bad = set(args.passes.split(",")) - {"fprop", "dgrad", "wgrad"}
     if bad:
         ap.error(f"--passes: unknown {sorted(bad)}; choose from fprop, dgrad, wgrad")
@@ -168,9 +171,7 @@ def main():
         "device": torch.cuda.get_device_name(), "date": datetime.datetime.now(datetime.timezone.utc).strftime(
             "%Y-%m-%d %H:%M UTC"), "torch": torch.__version__, "triton": __import__("triton").__version__,
         "command": "python " + " ".join(sys.argv), "experts": E, "tokens_per_expert": TPE,
-        "timing": f"kernels: all variants of a pass round-robin, {args.rounds} rounds, CUDA events per call, median "
-                  f"(benchmarks/cuda_timing.interleaved_ms), 2 rotating input sets; --op: round-robin, "
-                  f"{args.op_rounds} rounds",
+        "timing": f"{timing}; kernels: {args.rounds} rounds, 2 rotating input sets; --op: {args.op_rounds} rounds",
         "configs": {k: CONFIGS[k] for k in args.configs.split(",")}, "wgrad_out": args.wgrad_out,
         "base": args.base or None, "base_configs": args.base_configs if args.base else None,
     }
@@ -277,13 +278,13 @@ def main():
                         errs[v] = err
                     except Exception as e:  # record and go on
                         rec(shape=shape, routing=rname, pass_=p, variant=v, error=repr(e)[:300])
-                # every variant of the pass round-robin: the same clocks for all (benchmarks/cuda_timing.py)
-                res = interleaved_ms(timed, args.rounds) if timed else {}
+                # every variant of the pass in the same rounds (benchmarks/cuda_timing.py; --timing picks the method)
+                res, clocks = timer(timed, args.rounds) if timed else ({}, {})
                 for v, (ms, iqr) in res.items():
                     rec(shape=shape, routing=rname, pass_=p, variant=v, ms=round(ms, 4),
                         TFLOPs=round(flops / ms / 1e9, 1),
                         vs_bf16=round(res["bf16"][0] / ms, 3) if "bf16" in res else None, iqr=round(iqr, 3),
-                        rel_err=None if errs[v] is None else float(f"{errs[v]:.3g}"))
+                        rel_err=None if errs[v] is None else float(f"{errs[v]:.3g}"), **clocks.get(v, {}))
                 del first
                 torch.cuda.empty_cache()
         del sets, w, wq, wqt
@@ -291,7 +292,7 @@ def main():
         write_json(meta, rows)
 
     for shape in [v for v in args.op.split(",") if v]:
-        op_section(rec, shape, args.op_rounds)
+        op_section(rec, shape, args.op_rounds, timer)
         write_json(meta, rows)
 
     print(f"\nmx32 grouped GEMM (Gluon / CUDA vs Triton vs bf16), {meta['device']}, torch {meta['torch']}, "
@@ -307,7 +308,7 @@ def main():
     print("wrote", write_json(meta, rows))
 
 
-def op_section(rec, shape, rounds):
+def op_section(rec, shape, rounds, timer):
     """Whole op fwd+bwd (both quantizations of x and dO, weight quantizations, 3 GEMMs), 3 GEMMs of FLOPs."""
     from titan_fp8.float8 import experts as mod  # (relative imports inside: load it as a package module)
     K, N = SHAPES[shape]
@@ -332,12 +333,11 @@ def op_section(rec, shape, rounds):
             timed[name] = [lambda s=s, step=step: step(s) for s in sets]
         except Exception as e:
             rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, error=repr(e)[:300])
-    # round-robin as the kernels (same clocks for the op and its peer)
-    res = interleaved_ms(timed, rounds) if timed else {}
+    res, clocks = timer(timed, rounds) if timed else ({}, {})  # timed as the kernels
     for name, (ms, iqr) in res.items():
         rec(shape=shape, routing="even", pass_="fwd+bwd", variant=name, ms=round(ms, 4),
             TFLOPs=round(flops / ms / 1e9, 1), vs_bf16=round(res["bf16"][0] / ms, 3) if "bf16" in res else None,
-            iqr=round(iqr, 3), rel_err=None)
+            iqr=round(iqr, 3), rel_err=None, **clocks.get(name, {}))
     del sets, w
     torch.cuda.empty_cache()
 

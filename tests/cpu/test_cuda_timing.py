@@ -3,7 +3,7 @@ down during the run (what one-variant-at-a-time timing gets wrong); steady-state
 (each variant at its own clock); the nvidia-smi log averaging."""
 import datetime
 
-from benchmarks.cuda_timing import interleaved_ms, smi_means, steady_ms
+from benchmarks.cuda_timing import add_timing_args, interleaved_ms, make_timer, smi_means, steady_ms
 
 
 class FakeClock:
@@ -142,3 +142,26 @@ def test_smi_means_averages_only_the_samples_inside_the_windows_and_skips_unread
     w2 = (_t("2026/11/28 10:50:02.900"), _t("2026/11/28 10:50:03.100"))
     assert smi_means(str(log), [w1, w2]) == {"samples": 3, "sm_mhz": 1753, "watts": 680.0}
     assert smi_means(str(log), [(_t("2026/11/28 11:00:00.000"), _t("2026/11/28 11:00:01.000"))]) == {}
+
+
+def test_make_timer_picks_the_method_from_the_switches_and_attaches_each_variants_clock(tmp_path):
+    import argparse
+    ap = argparse.ArgumentParser()
+    add_timing_args(ap)
+    own = {"bf16": 1.42, "fp8": 1.52}
+    g = PowerCappedGpu(own)
+    rr, text = make_timer(ap.parse_args([]), event=g.event, synchronize=lambda: None)
+    res, clocks = rr({"bf16": [g.work("bf16", 3.0)], "fp8": [g.work("fp8", 2.0)]}, 20)
+    assert "round-robin" in text and clocks == {} and abs(res["bf16"][0] / res["fp8"][0] - 1.5) < 0.05
+    # steady, with a clock log whose samples cover the fake run's wall-clock span (the fake clock starts near 0 s)
+    log = tmp_path / "smi.csv"
+    log.write_text("".join(f"{datetime.datetime.fromtimestamp(t / 10).strftime('%Y/%m/%d %H:%M:%S.%f')}, 1500 MHz, "
+                           f"690.00 W, 60\n" for t in range(0, 40)))
+    g2 = PowerCappedGpu(own)
+    st, text = make_timer(ap.parse_args(["--timing", "steady", "--settle-s", "0.2", "--measure-s", "0.1",
+                                         "--smi-log", str(log)]),
+                          event=g2.event, synchronize=lambda: None, clock=lambda: g2.now / 1e3)
+    res, clocks = st({"bf16": [g2.work("bf16", 3.0)], "fp8": [g2.work("fp8", 2.0)]}, 2)
+    assert "steady" in text and "0.2 s" in text
+    assert abs(res["bf16"][0] / res["fp8"][0] - 1.5 * 1.52 / 1.42) < 1e-3
+    assert clocks["bf16"]["sm_mhz"] == 1500 and clocks["fp8"]["samples"] >= 2
