@@ -110,12 +110,10 @@ if [ -n "${DG_BACKENDS_ARGS:-}" ]; then  # then benchmarks/mxfp8_grouped_gemm_ba
   echo "backends rc=$? (${SECONDS}s)"; grep -v '^{' "$OUT/backends.log" | grep -v Warn | tail -60 | cut -c1-110
 fi
 if [ -n "${DG_BREAKDOWN_ARGS:-}" ]; then  # then benchmarks/mx128_op_breakdown.py, an nvidia-smi log beside it
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
-      > "$OUT/gpu_clocks.csv" 2>/dev/null &
-  smi=$!
+  source benchmarks/smi_log.sh; start_smi_log "$OUT/gpu_clocks.csv"
   eval "timeout ${DG_BREAKDOWN_S:-240} python3 benchmarks/mx128_op_breakdown.py --smi-log $OUT/gpu_clocks.csv \
       $DG_BREAKDOWN_ARGS" > "$OUT/breakdown.log" 2>&1
-  echo "breakdown rc=$? (${SECONDS}s)"; kill $smi
+  echo "breakdown rc=$? (${SECONDS}s)"; kill $SMI_PID
   grep -E "^==|^  .*ms .*%" "$OUT/breakdown.log" | cut -c1-150 | head -${DG_BREAKDOWN_LINES:-90}
   grep -m5 -E "Error|error" "$OUT/breakdown.log"
 fi

@@ -45,9 +45,8 @@ done
 rm -f $OUT/*.ncu-rep.tmp
 smi=
 if [ -n "${GLUON_SMI:-}" ]; then  # an nvidia-smi clock/power log, read back by the benchmark (--timing steady rows)
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
-    > $OUT/gpu_clocks.csv 2>/dev/null &
-  smi=$!; set -- "$@" --smi-log $OUT/gpu_clocks.csv
+  source benchmarks/smi_log.sh; start_smi_log $OUT/gpu_clocks.csv; smi=$SMI_PID
+  set -- "$@" --smi-log $OUT/gpu_clocks.csv
 fi
 PYTHONUNBUFFERED=1 timeout $T2 python benchmarks/mxfp8_grouped_gemm_gluon.py "$@" > $OUT/bench.log 2>&1
 echo "bench rc=$? ($(( $(date +%s) - t0 ))s)"; [ -n "$smi" ] && kill $smi

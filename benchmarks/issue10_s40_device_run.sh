@@ -51,13 +51,11 @@ final)
   ;;
 steady)
   build_cutlass; echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
-  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu --format=csv,noheader -lms 100 \
-    > "$OUT/gpu_clocks.csv" 2>/dev/null &
-  smi=$!
+  source benchmarks/smi_log.sh; start_smi_log "$OUT/gpu_clocks.csv"
   timeout $(( 590 - SECONDS )) python3 benchmarks/mxfp8_grouped_gemm_backends.py --ours mx128_cutlass,mx32_gluon \
     --ops torchao_fp8_rowwise,op_mx128_cutlass,op_mx32_gluon --no-cublas --timing steady \
     --smi-log "$OUT/gpu_clocks.csv" ${STEADY_ARGS:---rounds 3 --settle-s 0.6 --measure-s 0.3} > "$OUT/backends.log" 2>&1
-  echo "backends rc=$? (${SECONDS}s)"; kill $smi
+  echo "backends rc=$? (${SECONDS}s)"; kill $SMI_PID
   grep -v '^{' "$OUT/backends.log" | grep -E "fprop|dgrad|wgrad|fwd\+bwd" | cut -c1-132
   ;;
 linear)
