@@ -13,10 +13,10 @@
 #   PYTEST_K=none bash benchmarks/gluon_device_call.sh 60 150 "fprop:m5p fprop:m6w1p wgrad:m5w1u16p" \
 #     --routings even --rep 50 --skip-triton --shapes dsv3_up --configs default,m5p,m6w1p
 # GLUON_SMI=1 (environment, optional): log SM clock / power during the benchmark and give each row its variant's
-# mean clock (pass --timing steady too). Next (session 42's open line, the mx32 wgrad at even routing; ~8 min):
-#   GLUON_SMI=1 PYTEST_K=none bash benchmarks/gluon_device_call.sh 30 480 "" --passes wgrad --routings even \
-#     --shapes dsv3_up,llama_up --skip-triton --timing steady --rounds 3 --settle-s 0.6 --measure-s 0.3 \
-#     --configs default,m12,w11,m11s5,g4,g16
+# mean clock (pass --timing steady too). Session 43's wgrad sweep at steady state (~3 min; results/issue10_s43/):
+#   GLUON_SMI=1 PYTEST_K=none bash benchmarks/gluon_device_call.sh 30 560 "" --passes wgrad --routings even \
+#     --shapes dsv3_up,llama_up,dsv3_down --skip-triton --timing steady --rounds 5 --settle-s 0.6 --measure-s 0.3 \
+#     --budget-s 400 --configs default,m12,w11,m11s5,g4,g16,w12g4,w12g16
 T1=${1:-120}; T2=${2:-240}; JOBS=$3; shift 3
 export PYTHONPATH=$PWD:$PYTHONPATH
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT

@@ -11,7 +11,8 @@
 #   PART=steady (session 42): PART=final's variants at steady state (--timing steady: each variant back to back at
 #     its own clock under the power cap; STEADY_ARGS overrides rounds / settle / measure), with an nvidia-smi log
 #     ($OUT/gpu_clocks.csv) that gives each row its variant's mean SM clock and power; cuBLAS blockwise left out
-#     (time: the round-robin run of PART=final has it).
+#     (time: the round-robin run of PART=final has it). PYTEST_K (optional): the Gluon GPU tests it selects
+#     (pytest -k) run while CUTLASS builds, before the benchmark.
 # From the repo root:  run(command="PART=quant bash benchmarks/issue10_s40_device_run.sh", kind="nvidia-h200",
 #                          carry=[".whl"])
 source benchmarks/device_env.sh
@@ -50,7 +51,12 @@ final)
   grep -v '^{' "$OUT/backends.log" | grep -E "fprop|dgrad|wgrad|fwd\+bwd" | cut -c1-125
   ;;
 steady)
+  if [ -n "${PYTEST_K:-}" ]; then  # (session 43) the Gluon GPU tests that -k selects, while CUTLASS builds
+    { timeout 240 python3 -m pytest -q -p no:cacheprovider -k "$PYTEST_K" tests/gpu/test_grouped_gemm_gluon_gpu.py \
+        > "$OUT/pytest.log" 2>&1; echo "pytest rc=$? (${SECONDS}s): $(tail -1 "$OUT/pytest.log")"; } &
+  fi
   build_cutlass; echo "build (${SECONDS}s): $(tail -1 "$OUT/build_cutlass.log")"
+  wait  # (the tests, before anything is timed)
   source benchmarks/smi_log.sh; start_smi_log "$OUT/gpu_clocks.csv"
   timeout $(( 590 - SECONDS )) python3 benchmarks/mxfp8_grouped_gemm_backends.py --ours mx128_cutlass,mx32_gluon \
     --ops torchao_fp8_rowwise,op_mx128_cutlass,op_mx32_gluon --no-cublas --timing steady \

@@ -108,6 +108,12 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     "s24": ((128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 16, 4, 8, 1)),
     # session 26: MODE 12 wgrad on the persistent grid, each CTA taking its next tile from a queue (an atomic counter)
     "w12p": (None, (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)),
+    # session 43: the wgrad default (MODE 12, persistent tile queue) with 4 / 16 column tiles per group of the tile
+    # order instead of 8 (L2 reuse; g4/g16 above are session 25's MODE 10 wgrad)
+    "w12g4": (None, (128, 128, 4, 4, 12, 16, 4, 8, 1, 1)),
+    "w12g16": (None, (128, 128, 4, 16, 12, 16, 4, 8, 1, 1)),
+    "w12g32": (None, (128, 128, 4, 32, 12, 16, 4, 8, 1, 1)),
+    "w12g64": (None, (128, 128, 4, 64, 12, 16, 4, 8, 1, 1)),
     # session 27: fprop/dgrad MODE 12 with the epilogue in a 2-warp storer partition
     "epi": ((128, 128, 4, 8, 12, 16, 4, 8, 1, 1, 1), None),
     # the defaults of session 13 (MODE 4: fprop/dgrad two consumers on the persistent grid, wgrad two consumers)

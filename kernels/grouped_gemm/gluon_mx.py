@@ -1317,6 +1317,20 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # on any scale strides.
 DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1, 1)
 WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
+# The wgrad's tile order walks GROUP_N row tiles of dW (dO^T's rows) before the next column tile. Session 43 (one
+# H200, steady state, benchmarks/results/issue10_s43/NOTE.md): with every row tile in one band the wgrad ran +0.7 to
+# +2.5% at N = 2048 and 2816 (16 and 22 row tiles: that band of dO^T, <= 23 MB an expert, stays in L2); at
+# N = 7168 (56 tiles, 58 MB) bands of 32 lost 1.6% and of 64 5-7%, so 8 stays there.
+WGRAD_BAND_ROWS = 3072  # the largest N whose row tiles all go in one band (measured at 2048, 2816)
+WGRAD_BAND_GROUP_N = 32  # GROUP_N >= N / BN: one band (the tile order clamps the last band to the tiles left)
+
+
+def wgrad_default_config(N):
+    """The wgrad config a launch without one runs for dW with N rows: WGRAD_DEFAULT_CONFIG, with all row tiles in
+    one band of the tile order where N <= WGRAD_BAND_ROWS."""
+    if N <= WGRAD_BAND_ROWS:
+        return WGRAD_DEFAULT_CONFIG[:3] + (WGRAD_BAND_GROUP_N,) + WGRAD_DEFAULT_CONFIG[4:]
+    return WGRAD_DEFAULT_CONFIG
 COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
 
@@ -1560,8 +1574,9 @@ def launch_wgrad(x, sx, y, sy, offs, out_dtype, config=None):
     if M == 0:
         return out.zero_()
     check_device(who, x, y, sx, sy, offs)
-    (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config or WGRAD_DEFAULT_CONFIG)
-    persist = _persist(config or WGRAD_DEFAULT_CONFIG)
+    config = config or wgrad_default_config(N)
+    (BN, BK, STAGES, GROUP_N, MODE, U, SUBK, warps), WS = _split_config(config)
+    persist = _persist(config)
     if persist and not (MODE == 12 and WS == 1 and warps == 8):
         # sessions 24/25's persistent wgrads (MODE 10/11, tiles dealt out statically) measured 0.93-0.99x the
         # plain grid (benchmarks/results/issue10_s25/call3) and are gone; session 26's takes tiles from a queue

@@ -217,6 +217,18 @@ def test_defaults_are_the_measured_configs():
     assert WGRAD_DEFAULT_CONFIG == (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
 
 
+def test_wgrad_default_puts_short_dw_row_tiles_in_one_band():
+    """Session 43 (H200): the wgrad's tile order with all row tiles of dW in one band (GROUP_N 32) ran faster at
+    N = 2048 and 2816 and slower at 7168; a launch without a config gets the band up to N = 3072 and
+    WGRAD_DEFAULT_CONFIG (GROUP_N 8) above, everything else unchanged."""
+    from kernels.grouped_gemm.gluon_mx import WGRAD_DEFAULT_CONFIG, wgrad_default_config
+    for n in (1, 128, 2048, 2816, 3072):
+        c = wgrad_default_config(n)
+        assert c[3] == 32 and c[3] * c[0] >= n and c[:3] + c[4:] == WGRAD_DEFAULT_CONFIG[:3] + WGRAD_DEFAULT_CONFIG[4:]
+    for n in (3073, 4096, 7168):
+        assert wgrad_default_config(n) == WGRAD_DEFAULT_CONFIG
+
+
 def test_e8m0_table_is_the_kernels_decode_for_every_byte():
     """MODE 10's fp32 factor table (the launcher's one pass over the E8M0 scales) gives the bits of _e8m0_to_f32
     for all 256 bytes (0 -> 2^-127, 255 -> NaN), from a strided [rows, steps] view, with a 16-byte row stride

@@ -427,6 +427,29 @@ def test_persistent_wgrad_runs_many_tiles_per_cta(sizes):
     assert rel(out16, r64) < TOL_BF16
 
 
+@pytest.mark.parametrize("N", [1024, 4224])
+def test_wgrad_band_order_is_bit_exact(N):
+    """The tile order's band (GROUP_N, 4th config entry; session 43: all row tiles in one band where N <= 3072)
+    only reorders tiles: bands of 32 at N = 1024 (8 row tiles, the band clamped) and N = 4224 (33: a band of 32,
+    then one of 1) give the one-tile grid's output bit for bit, as does a launch without a config
+    (wgrad_default_config), and stay within 5e-4 of the float64 reference per group, empty groups included."""
+    from kernels.grouped_gemm import grouped_mm_wgrad_reference
+    from kernels.grouped_gemm.gluon_mx import launch_wgrad, wgrad_default_config
+    torch.manual_seed(13)
+    sizes, K = [700, 0, 33, 1200, 1], 384
+    offs = group_offs(sizes)
+    M = (sum(sizes) + 31) // 32 * 32 + 32
+    xt, xs = quant(torch.randn(M, K, device="cuda").t(), (32, 128))
+    dt, ds = quant(torch.randn(M, N, device="cuda").t(), (32, 1))
+    ref = launch_wgrad(dt, ds, xt, xs, offs, torch.float32, M12_WGRAD)
+    band = M12_WGRAD_PERSIST[:3] + (32,) + M12_WGRAD_PERSIST[4:]
+    assert wgrad_default_config(N) == (band if N <= 3072 else M12_WGRAD_PERSIST)
+    poison_allocator()
+    torch.testing.assert_close(launch_wgrad(dt, ds, xt, xs, offs, torch.float32, band), ref, rtol=0, atol=0)
+    torch.testing.assert_close(launch_wgrad(dt, ds, xt, xs, offs, torch.float32), ref, rtol=0, atol=0)
+    check_wgrad_groups(ref, grouped_mm_wgrad_reference(dt, ds, xt, xs, offs, out_dtype=torch.float64), sizes)
+
+
 @pytest.mark.parametrize("config", [None, M12_WGRAD], ids=_cid)
 def test_wgrad_on_token_major_scale_layout(config):
     """The MoE path's token-major scales are [C, P/32] with strides (1, C) (kernels.moe writes all features of a
