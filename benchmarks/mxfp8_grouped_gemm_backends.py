@@ -30,7 +30,7 @@ our wgrad kernels write dW in --wgrad-out, bf16 by default, as the peers and the
 Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantization, eager:
   bf16 (torch._grouped_mm), torchao_fp8_rowwise (torchao 0.18 _to_fp8_rowwise_then_scaled_grouped_mm,
   pad_token_groups_for_grouped_mm=False), op_mx128_triton, op_mx128_cutlass (default kernels),
-  op_mx128_cutlass_{coop,pp,s18} (token_align=128),
+  op_mx128_cutlass_{coop,pp,s18} (token_align=128), op_cutlass[<config>] (each --cutlass-configs configuration),
   op_mx32_triton, op_mx32_gluon, op_mx32_gluon_w8 (its quantizers at 8 warps, as before session 28),
   op_mx32_gluon_s28 (its quantizers launched as in session 28: 128 x 128 programs, 32-token columns at 4 warps)
   op_mx128_cutlass_tq, op_mx32_gluon_tq (TITAN_FP8_ROWCOL_QUANT=triton: the x / dO copies on the Triton kernel,
@@ -258,7 +258,8 @@ def main():
     ap.add_argument("--cutlass-configs", default="",
                     help="also time the CUTLASS mx128 kernels under these configurations (comma list of "
                          "cutlass_backend SCHEDULES strings, e.g. cooperative_2x1:along_n:swizzle=4); rows "
-                         "'cutlass[<config>]'")
+                         "'cutlass[<config>]', and with the op rows the whole mx128 op under each, rows "
+                         "'op_cutlass[<config>]'")
     ap.add_argument("--cutlass-variant", action="append", default=[], metavar="TAG=DEFINE[,DEFINE]",
                     help="also time the CUTLASS kernels of the same sources built with these -D defines (e.g. "
                          "late=-DTITAN_MX_RELEASE_LATE), rows 'mx128_cutlass@TAG' beside the default build's "
@@ -436,7 +437,8 @@ def main():
             del kern, f8, w8, wt8, operands
             torch.cuda.empty_cache()
             if not args.no_op:
-                op_rows(rec, experts, shape, rname, sizes, K, N, args.ops)
+                op_rows(rec, experts, shape, rname, sizes, K, N, args.ops,
+                        tuple(filter(None, args.cutlass_configs.split(","))))
             write_json(meta, rows)
         del sets, w
         torch.cuda.empty_cache()
@@ -471,7 +473,7 @@ def cutlass_variant_call(ext, p, q, wq, wqt, offs, dw_dtype):
     return run
 
 
-def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
+def op_rows(rec, experts, shape, rname, sizes, K, N, only="", cutlass_configs=()):
     M = E * TPE
     flops = 3 * 2 * M * N * K
     offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
@@ -491,6 +493,9 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
     for sched, tag in (("cooperative", "coop"), ("pingpong", "pp"), (OURS["mx128_cutlass_s18"][4], "s18")):
         ops[f"op_mx128_cutlass_{tag}"] = with_schedule(
             lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), sched)
+    for cfg in cutlass_configs:  # (--cutlass-configs: every pass under that configuration)
+        ops[f"op_cutlass[{cfg}]"] = with_schedule(
+            lambda x, w, o: mm(x, w, o, granularity="mx128", backend="cutlass", token_align=128), cfg)
     ops["op_mx32_triton"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="triton")
     ops["op_mx32_gluon"] = lambda x, w, o: mm(x, w, o, granularity="mx32", backend="gluon")
     ops["op_mx32_gluon_w8"] = with_quant_launch(ops["op_mx32_gluon"], lambda *layout: (128, 128, 8))
@@ -509,7 +514,7 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only=""):
         unknown = set(only.split(",")) - set(ops) - {"op_mx128_deepgemm_w1"}  # (its missing import: a row above)
         if unknown:
             raise SystemExit(f"--ops: {sorted(unknown)} unknown; allowed: {', '.join(ops)}")
-        ops = {k: v for k, v in ops.items() if k in only.split(",") or k == "bf16"}
+        ops = {k: v for k, v in ops.items() if k in only.split(",") or k == "bf16" or k.startswith("op_cutlass[")}
     for name in [n for n in ops if n.endswith("_w1")]:  # same numbers as the op, checked before timing
         got = []
         try:
