@@ -108,8 +108,9 @@ CONFIGS = {  # name: fprop/dgrad config or (fprop/dgrad config, wgrad config)
     "s24": ((128, 128, 4, 8, 5, 8, 4, 4, 2, 1), (128, 128, 4, 8, 10, 16, 4, 8, 1)),
     # session 26: MODE 12 wgrad on the persistent grid, each CTA taking its next tile from a queue (an atomic counter)
     "w12p": (None, (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)),
-    # session 43: the wgrad default (MODE 12, persistent tile queue) with 4 / 16 column tiles per group of the tile
-    # order instead of 8 (L2 reuse; g4/g16 above are session 25's MODE 10 wgrad)
+    # session 43: session 26's wgrad default (MODE 12, persistent tile queue) with bands of 4 / 16 / 32 / 64 row tiles
+    # of dW in the tile order instead of 8 (g4/g16 above are session 25's MODE 10 wgrad); "default" now takes 32 where
+    # N <= 3072 (gluon_mx.wgrad_default_config)
     "w12g4": (None, (128, 128, 4, 4, 12, 16, 4, 8, 1, 1)),
     "w12g16": (None, (128, 128, 4, 16, 12, 16, 4, 8, 1, 1)),
     "w12g32": (None, (128, 128, 4, 32, 12, 16, 4, 8, 1, 1)),

@@ -1317,10 +1317,12 @@ def _wgrad_half(idx: gl.constexpr, x_desc, y_desc, x_ptr, sx_ptr, y_ptr, syt_ptr
 # on any scale strides.
 DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1, 1)
 WGRAD_DEFAULT_CONFIG = (128, 128, 4, 8, 12, 16, 4, 8, 1, 1)
+COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 # The wgrad's tile order walks GROUP_N row tiles of dW (dO^T's rows) before the next column tile. Session 43 (one
-# H200, steady state, benchmarks/results/issue10_s43/NOTE.md): with every row tile in one band the wgrad ran +0.7 to
-# +2.5% at N = 2048 and 2816 (16 and 22 row tiles: that band of dO^T, <= 23 MB an expert, stays in L2); at
-# N = 7168 (56 tiles, 58 MB) bands of 32 lost 1.6% and of 64 5-7%, so 8 stays there.
+# H200, benchmarks/results/issue10_s43/NOTE.md): with every row tile in one band the wgrad ran +0.7 to +2.5% at
+# steady state at N = 2048 and 2816 (16 and 22 row tiles; that band of dO^T, <= 23 MB an expert, fits the L2), by
+# clock: fewer DRAM bytes, less power at the cap (round-robin at the cap: no difference). At N = 7168 (56 tiles,
+# 58 MB a band) bands of 32 lost 1.6% and of 64 5-7%, so 8 stays there.
 WGRAD_BAND_ROWS = 3072  # the largest N whose row tiles all go in one band (measured at 2048, 2816)
 WGRAD_BAND_GROUP_N = 32  # GROUP_N >= N / BN: one band (the tile order clamps the last band to the tiles left)
 
@@ -1331,7 +1333,6 @@ def wgrad_default_config(N):
     if N <= WGRAD_BAND_ROWS:
         return WGRAD_DEFAULT_CONFIG[:3] + (WGRAD_BAND_GROUP_N,) + WGRAD_DEFAULT_CONFIG[4:]
     return WGRAD_DEFAULT_CONFIG
-COL_TILE = 128  # the scale tile of B the kernels rely on (BN of fprop/dgrad, BK of wgrad)
 
 
 @triton.jit
