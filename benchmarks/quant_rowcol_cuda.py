@@ -38,7 +38,8 @@ def triton_rowcol(x, rb, cb, ct, limit):
     return quant_triton._run(x.unsqueeze(0), limit, rb, 1, cb, ct, True, True, tile=(bm, bk))
 
 
-def check():
+def check(builds=None):
+    """builds: {tag: extension} of --variant / --base-src builds, checked beside the default one."""
     u8 = torch.uint8
     n = 0
     for (rb, cb, ct), lname in LAYOUT_NAMES.items():
@@ -46,7 +47,9 @@ def check():
             limit = None if lim is None else torch.tensor([lim], dtype=torch.int32, device="cuda")
             ref = rowcol_reference(x, rb, cb, ct, lim)
             for who, got, want in [("triton", triton_rowcol(x, rb, cb, ct, limit), ref)] + [
-                    (f"cuda g{g}", quant_cuda.rowcol(x, rb, cb, ct, limit, group_m=g), ref) for g in (0, 3)]:
+                    (f"cuda g{g}", quant_cuda.rowcol(x, rb, cb, ct, limit, group_m=g), ref) for g in (0, 3)] + [
+                    (f"cuda_{tag}", quant_cuda.rowcol(x, rb, cb, ct, limit, ext=ext), ref)
+                    for tag, ext in (builds or {}).items()]:
                 for part, a, b in zip(("row data", "row scale", "col data", "col scale"), got, want):
                     a, b = a.reshape(-1).view(u8), b.reshape(-1).view(u8)
                     if a.shape != b.shape or not torch.equal(a, b):
@@ -54,8 +57,8 @@ def check():
                         raise SystemExit(f"MISMATCH {lname} {name}: {who}'s {part} vs quant.py at flat {bad} "
                                          f"(shapes {tuple(a.shape)} / {tuple(b.shape)})")
             n += 1
-    print(f"byte check: {n} cases x 4 outputs of the Triton kernel and the CUDA kernel (two tile orders) equal to "
-          f"quant.py",
+    print(f"byte check: {n} cases x 4 outputs of the Triton kernel and the CUDA kernel (two tile orders"
+          f"{', builds ' + ', '.join(builds) if builds else ''}) equal to quant.py",
           flush=True)
 
 
@@ -82,7 +85,7 @@ def main():
         if not tag.isidentifier() or not defs:
             raise SystemExit(f"--variant {v!r}: expected TAG=-DNAME[=V][,-DNAME2...]")
         variants[tag] = quant_cuda.load_source(quant_cuda.SOURCE_PATH, "v_" + tag, defs.split(","))
-    check()
+    check({**variants, **({"base": base} if base is not None else {})})
     if args.check_only:
         return
     rows, M = [], E * TPE
