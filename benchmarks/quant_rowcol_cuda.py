@@ -11,6 +11,7 @@ maximum, empty x). A mismatch exits non-zero before any timing. Then, per shape 
     python benchmarks/quant_rowcol_cuda.py [--shapes dsv3_up,...] [--rounds 20] [--check-only]
 """
 import argparse
+import datetime
 import os
 import sys
 
@@ -76,7 +77,8 @@ def main():
                     "extension; rows cuda_base), e.g. from `git show REV:kernels/grouped_gemm/cuda_quant/"
                     "rowcol_quant.cu > /tmp/base/rowcol_quant.cu`")
     ap.add_argument("--variant", action="append", default=[], help="also this tree's rowcol_quant.cu built with "
-                    "defines, TAG=-DNAME[=V],-DNAME2 (rows cuda_TAG; repeatable), e.g. mb3=-DROWCOL_MIN_BLOCKS=3 (commit 3facba4)")
+                    "defines, TAG=-DNAME[=V],-DNAME2 (rows cuda_TAG; repeatable), e.g. mb3=-DROWCOL_MIN_BLOCKS=3 (commit "
+                    "3facba4), defer=-DROWCOL_DEFER_STORES=1 (commit bf358e3)")
     args = ap.parse_args()
     base = quant_cuda.load_source(args.base_src, "base") if args.base_src else None
     variants = {}
@@ -91,7 +93,8 @@ def main():
     rows, M = [], E * TPE
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "command": "python " + " ".join(sys.argv),
-            "E": E, "tokens_per_expert": TPE, "timing": f"round-robin, {args.rounds} rounds, median"}
+            "date": datetime.datetime.now().isoformat(timespec="seconds"), "E": E, "tokens_per_expert": TPE,
+            "timing": f"round-robin, {args.rounds} rounds, median"}
     for shape in args.shapes.split(","):
         K, N = SHAPES[shape]
         t = {"x": torch.randn(M, K, device="cuda", dtype=torch.bfloat16),

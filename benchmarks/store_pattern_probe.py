@@ -37,14 +37,12 @@ CUDA_SRC = r"""
 #include <cstdint>
 
 // flags: 1 read x, 2 row stores, 4 column stores, 8 column copy as contiguous tile blobs, 16 row stores of 8 bytes
-// a thread (the quantizer's) instead of 16; order 0: along K first. A grid smaller than the tile count walks the
-// tiles persistently (CTA b: tiles b, b + grid, ...).
+// a thread (the quantizer's) instead of 16; order 0: along K first.
 template <int TM, int TK>
-__global__ void __launch_bounds__(256) move_tiles(const uint4* __restrict__ x, uint4* __restrict__ qr,
-                                                  uint8_t* __restrict__ qc, int M, int K, long ldc, int order,
-                                                  int flags) {
+__device__ __forceinline__ void move_tile(const uint4* __restrict__ x, uint4* __restrict__ qr,
+                                          uint8_t* __restrict__ qc, int M, int K, long ldc, int order, int flags,
+                                          int t) {
   const int nm = M / TM, nk = K / TK, tid = threadIdx.x;
-  for (int t = blockIdx.x; t < nm * nk; t += gridDim.x) {
   const int mt = order == 0 ? t / nk : t % nm, kt = order == 0 ? t % nk : t / nm;
   const long m0 = long(mt) * TM, k0 = long(kt) * TK;
   uint4 a = make_uint4(tid, t, 0, 0);
@@ -53,7 +51,7 @@ __global__ void __launch_bounds__(256) move_tiles(const uint4* __restrict__ x, u
 #pragma unroll
     for (int s = 0; s < NL; ++s) {
       const int i = tid + 256 * s, r = i / RP, c = i % RP;
-      const uint4 v = x[((m0 + r) * K + k0 * 1) / 8 + c];
+      const uint4 v = x[((m0 + r) * K + k0) / 8 + c];
       a.x ^= v.x; a.y ^= v.y; a.z ^= v.z; a.w ^= v.w;
     }
   }
@@ -82,10 +80,25 @@ __global__ void __launch_bounds__(256) move_tiles(const uint4* __restrict__ x, u
       *reinterpret_cast<uint4*>(dst) = make_uint4(a.x, a.y ^ s, a.z, a.w);
     }
   }
+}
+
+// LOOP false: one CTA per tile (session 44's call 1); true: a smaller grid walks the tiles persistently (CTA b:
+// tiles b, b + grid, ...). Call 2 ran every variant through the loop kernel (commit bf358e3), whose one-tile grid
+// read 0.556 ms where call 1's kernel read 0.495 at dsv3_up.
+template <int TM, int TK, bool LOOP>
+__global__ void __launch_bounds__(256) move_tiles(const uint4* __restrict__ x, uint4* __restrict__ qr,
+                                                  uint8_t* __restrict__ qc, int M, int K, long ldc, int order,
+                                                  int flags) {
+  if constexpr (LOOP) {
+    for (int t = blockIdx.x; t < (M / TM) * (K / TK); t += gridDim.x)
+      move_tile<TM, TK>(x, qr, qc, M, K, ldc, order, flags, t);
+  } else {
+    move_tile<TM, TK>(x, qr, qc, M, K, ldc, order, flags, blockIdx.x);
   }
 }
 
-// grid 0: one CTA per tile; smem: dynamic shared memory per CTA (bytes), to hold the CTAs per SM down
+// grid 0: one CTA per tile (the one-tile kernel), else the loop kernel on that grid; smem: dynamic shared memory
+// per CTA (bytes), to hold the CTAs per SM down
 void move(torch::Tensor x, torch::Tensor qr, torch::Tensor qc, int64_t ldc, int64_t tm, int64_t tk, int64_t order,
           int64_t flags, int64_t grid, int64_t smem) {
   const int M = x.size(0), K = x.size(1);
@@ -95,8 +108,9 @@ void move(torch::Tensor x, torch::Tensor qr, torch::Tensor qc, int64_t ldc, int6
   const auto qcp = qc.data_ptr<uint8_t>();
   const int tiles = grid > 0 ? int(grid) : (M / tm) * (K / tk);
 #define L(A, B) if (tm == A && tk == B) { \
-    cudaFuncSetAttribute(move_tiles<A, B>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)); \
-    move_tiles<A, B><<<tiles, 256, smem, s>>>(xp, qrp, qcp, M, K, ldc, int(order), int(flags)); return; }
+    auto kern = grid > 0 ? move_tiles<A, B, true> : move_tiles<A, B, false>; \
+    cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)); \
+    kern<<<tiles, 256, smem, s>>>(xp, qrp, qcp, M, K, ldc, int(order), int(flags)); return; }
   L(128, 128) L(256, 128) L(512, 128) L(128, 256) L(64, 128) L(256, 64)
   TORCH_CHECK(false, "no tile ", tm, "x", tk);
 }

@@ -22,8 +22,13 @@
 // wait 1.0 cycle per instruction on the long scoreboard; with them 3.3 (a store's source registers stay locked
 // while the memory system drains it) and 3.0 on the short one. Staging both copies in shared memory and sending
 // them with cp.async.bulk (one 128-byte copy per row, no stores from the warps, two tiles' loads in flight) gave
-// the same bytes at 0.96-1.02x this kernel's speed (session 31, issue10_s31/): the stores' cost is downstream
-// of the SM, not their issue.
+// the same bytes at 0.96-1.02x this kernel's speed (session 31, issue10_s31/): the stores' cost is not their issue.
+// Session 44 (H200, issue10_s44/): reads and arithmetic alone take 0.30 ms at dsv3_up's x, each copy's stores add
+// ~0.18, the whole kernel 0.66-0.68 (a copy of x 0.44). A kernel that moves the same bytes in the same 128 x 128
+// tiles with no arithmetic (benchmarks/store_pattern_probe.py) takes 0.50-0.56 ms with 3+ CTAs per SM and 0.64 at
+// this kernel's 2; so part of the gap is the pattern, part the two CTAs per SM. Measured and dropped there (the -D
+// switches are in commit bf358e3): 3 ring stages 1.00x, the copies staged in the slot and stored during the next
+// tile's arithmetic (ROWCOL_DEFER_STORES) 0.98-1.02x, tile orders g4 / g16 0.99-1.02x; same bytes.
 #include <cstdint>
 #include <algorithm>
 #include <climits>
@@ -41,16 +46,6 @@ constexpr int TK = 128;  // features per CTA
 // Measured and dropped (H200, session 40, benchmarks/results/issue10_s40/; the -D switches are in commit 3facba4):
 // 3 CTAs per SM at 80 registers 0.94-0.99x this kernel, st.global.cs stores 0.97-1.00x, evict-first L2 hints on
 // the loads 0.90-0.93x.
-#ifndef ROWCOL_STAGES  // -DROWCOL_STAGES=3: a build-time variant for A/B timing (benchmarks/quant_rowcol_cuda.py --variant)
-#define ROWCOL_STAGES 2
-#endif
-#ifndef ROWCOL_DEFER_STORES  // -DROWCOL_DEFER_STORES=1: both copies staged in shared memory, stored to global
-#define ROWCOL_DEFER_STORES 0  // memory during the NEXT tile's arithmetic (3 ring slots); see store_part
-#endif
-#define ROWCOL_RING_STAGES (ROWCOL_DEFER_STORES ? 3 : ROWCOL_STAGES)  // ring slots the launcher builds
-#ifndef ROWCOL_CTAS_PER_SM  // persistent CTAs launched per SM (2 fit at 127 registers; more queue behind them)
-#define ROWCOL_CTAS_PER_SM 2
-#endif
 constexpr int NT = 256;  // threads: warp w owns tokens 16w..16w+15, half h of it 8 of them, lane q of the half
                          // features 8q..8q+7
 
@@ -101,40 +96,10 @@ struct Smem {
   uint32_t tile[8];                      // per warp: tile amax partial (CT 128)
 };
 
-// column copy out, piece s (0..3) of this thread: feature rows of 128 tokens, 16 bytes per thread and piece
-__device__ __forceinline__ void col_piece_out(const uint8_t* __restrict__ col, int s, int m0, int k0, int K, int MC,
-                                              uint8_t* __restrict__ qc, int diag) {
-  const int piece = threadIdx.x + NT * s, feat = piece >> 3, m = piece & 7;
-  const int sw = (feat >> 3) & 15;  // the q that wrote this feature
-  uint4 d = *reinterpret_cast<const uint4*>(&col[feat * TM + ((m ^ (sw >> 1)) * 16)]);
-  if (sw & 1) d = make_uint4(d.z, d.w, d.x, d.y);
-  if (k0 + feat < K && m0 + 16 * m < MC && !(diag & 1))
-    *reinterpret_cast<uint4*>(qc + size_t(k0 + feat) * MC + m0 + 16 * m) = d;
-}
-
-// Under ROWCOL_DEFER_STORES a tile's two copies wait in its ring slot (column copy in the first TK * TM bytes, row
-// copy [token][feature] in the next TM * TK) and go out during the next tile's arithmetic, a quarter at each of
-// four points (store_part), so that the stores stream beside the work instead of after it.
-struct Pending {
-  const uint8_t* slot;  // nullptr: nothing pending
-  int m0, k0;
-};
-
-__device__ __forceinline__ void store_part(const Pending& p, int part, int M, int K, int MC, uint8_t* __restrict__ qr,
-                                           uint8_t* __restrict__ qc, int diag) {
-  if (p.slot == nullptr) return;
-  col_piece_out(p.slot, part, p.m0, p.k0, K, MC, qc, diag);
-  const int piece = threadIdx.x + NT * part, row = piece >> 3, c = piece & 7;
-  const uint4 d = *reinterpret_cast<const uint4*>(p.slot + TK * TM + row * TK + 16 * c);
-  if (p.m0 + row < M && p.k0 + 16 * c < K && !(diag & 2))  // K % 32 == 0: a 16-byte piece is all in or all out
-    *reinterpret_cast<uint4*>(qr + size_t(p.m0 + row) * K + p.k0 + 16 * c) = d;
-}
-
-template <int RB, int CB, int CT, bool MASK, bool DEFER = false>
+template <int RB, int CB, int CT, bool MASK>
 __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, const uint4 (&v)[8], int m0, int k0, int M, int K, int MC,
                                           int lim, uint8_t* __restrict__ qr, uint8_t* __restrict__ sr,
-                                          uint8_t* __restrict__ qc, uint8_t* __restrict__ sc, int diag = 0,
-                                          const Pending& pend = Pending{nullptr, 0, 0}) {
+                                          uint8_t* __restrict__ qc, uint8_t* __restrict__ sc, int diag = 0) {
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31, h = lane >> 4, q = lane & 15;
   const int r0 = 16 * w + 8 * h;  // this thread's first token in the tile
   const int KB = K / 32, MB = MC / 32;
@@ -149,7 +114,6 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
   bool keep[8];
 #pragma unroll
   for (int i = 0; i < 8; ++i) keep[i] = !MASK || (m0 + r0 + i < lim);
-  if (DEFER) store_part(pend, 0, M, K, MC, qr, qc, diag);
 
   // ---- row amax: pack rows (2p, 2p+1) into one word, reduce over the RB / 8 lanes of the block
   uint32_t rp[4];
@@ -170,7 +134,6 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
     for (int i = 0; i < 8; ++i) m = vmax2(m, keep[i] ? mag[i][j] : 0u);
     cm[j] = vmax2(m, __shfl_xor_sync(0xFFFFFFFFu, m, 16));
   }
-  if (DEFER) store_part(pend, 1, M, K, MC, qr, qc, diag);
   // ---- row scales: each (row, row block) once; bytes straight to sr
   {
     const int kb0 = k0 / 32;
@@ -290,7 +253,6 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
       for (int t = 0; t < 8; ++t) cmf[t] = c;
     }
   }
-  if (DEFER) store_part(pend, 2, M, K, MC, qr, qc, diag);
   // ---- encode: row copy straight to global (8 bytes per row), column copy transposed into shared memory
   uint32_t rw[8][2];
   const int chunk = ((2 * w + h) ^ q) * 8;
@@ -315,13 +277,6 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
                                  cvt4(cy[t][4], cy[t][5], cy[t][6], cy[t][7]));
       *reinterpret_cast<uint2*>(&col[feat * TM + chunk]) = c;
     }
-    if (DEFER && j2 == 0) store_part(pend, 3, M, K, MC, qr, qc, diag);
-  }
-  if (DEFER) {  // the row copy beside the column copy in the slot; both go out during the next tile
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      *reinterpret_cast<uint2*>(col + TK * TM + (r0 + i) * TK + 8 * q) = make_uint2(rw[i][0], rw[i][1]);
-    return;
   }
   const bool kin = k0 + 8 * q < K;
 #pragma unroll
@@ -331,8 +286,16 @@ __device__ __forceinline__ void tile_body(Smem& sm, uint8_t* __restrict__ col, c
       *reinterpret_cast<uint2*>(qr + size_t(row) * K + k0 + 8 * q) = make_uint2(rw[i][0], rw[i][1]);
   }
   __syncthreads();
+  // ---- column copy out: feature rows of 128 tokens, 16 bytes per thread and step
 #pragma unroll
-  for (int s = 0; s < 4; ++s) col_piece_out(col, s, m0, k0, K, MC, qc, diag);
+  for (int s = 0; s < 4; ++s) {
+    const int piece = tid + NT * s, feat = piece >> 3, m = piece & 7;
+    const int sw = (feat >> 3) & 15;  // the q that wrote this feature
+    uint4 d = *reinterpret_cast<const uint4*>(&col[feat * TM + ((m ^ (sw >> 1)) * 16)]);
+    if (sw & 1) d = make_uint4(d.z, d.w, d.x, d.y);
+    if (k0 + feat < K && m0 + 16 * m < MC && !(diag & 1))
+      *reinterpret_cast<uint4*>(qc + size_t(k0 + feat) * MC + m0 + 16 * m) = d;
+  }
 }
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
@@ -394,29 +357,6 @@ __global__ void __launch_bounds__(NT, 2) rowcol_persistent_kernel(const uint16_t
 #pragma unroll
   for (int s = 0; s < STAGES - 1; ++s) issue(t + s * int(gridDim.x), s);
   const int lim = limit ? *limit : INT_MAX;
-  if constexpr (ROWCOL_DEFER_STORES != 0) {
-    static_assert(STAGES == 3, "deferred stores: a slot loading, one being quantized, one being stored");
-    Pending pend{nullptr, 0, 0};
-    for (int n = 0; t < ntiles; ++n, t += gridDim.x) {
-      const int s = n % STAGES;
-      cp_async_wait<1>();  // groups so far: tiles up to n + 1; tile n has landed
-      uint4 v[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = ring[(s * 8 + i) * NT + tid];
-      int m0, k0;
-      tile_of(t, m0, k0);
-      uint8_t* slot = ring_bytes + s * RING_SLOT;
-      if (m0 + TM > lim) tile_body<RB, CB, CT, true, true>(sm, slot, v, m0, k0, M, K, MC, lim, qr, sr, qc, sc, diag, pend);
-      else tile_body<RB, CB, CT, false, true>(sm, slot, v, m0, k0, M, K, MC, lim, qr, sr, qc, sc, diag, pend);
-      __syncthreads();  // this slot's copies are visible to all; every thread has read the pending slot's pieces
-      issue(t + 2 * int(gridDim.x), (n + 2) % STAGES);  // into the slot just stored out
-      pend = Pending{slot, m0, k0};
-    }
-#pragma unroll
-    for (int part = 0; part < 4; ++part) store_part(pend, part, M, K, MC, qr, qc, diag);
-    cp_async_wait<0>();
-    return;
-  }
   for (int n = 0; t < ntiles; ++n, t += gridDim.x) {
     const int s = n % STAGES;
     // refill the slot the previous tile was transposed in: the barrier at the end of the last tile_body let every
@@ -450,7 +390,7 @@ void launch_persistent(const uint16_t* xp, uint8_t* qrp, uint8_t* srp, uint8_t* 
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int tiles = int(grid.x * grid.y);
-  rowcol_persistent_kernel<RB, CB, CT, STAGES><<<std::min(tiles, ROWCOL_CTAS_PER_SM * sms), NT, pipe_smem(STAGES), stream>>>(
+  rowcol_persistent_kernel<RB, CB, CT, STAGES><<<std::min(tiles, 2 * sms), NT, pipe_smem(STAGES), stream>>>(
       xp, qrp, srp, qcp, scp, limit, M, K, MC, group_m, diag);
 }
 
@@ -460,7 +400,7 @@ void launch(const torch::Tensor& x, torch::Tensor& qr, torch::Tensor& sr, torch:
   const int M = x.size(0), K = x.size(1), MC = qc.size(1);
   const dim3 grid((MC + TM - 1) / TM, (K + TK - 1) / TK);
   // 2 stages (one tile in flight while one is quantized): 3 measured the same (H100, issue10_s30/)
-  launch_persistent<RB, CB, CT, ROWCOL_RING_STAGES>(reinterpret_cast<const uint16_t*>(x.data_ptr()), qr.data_ptr<uint8_t>(),
+  launch_persistent<RB, CB, CT, 2>(reinterpret_cast<const uint16_t*>(x.data_ptr()), qr.data_ptr<uint8_t>(),
                                    sr.data_ptr<uint8_t>(), qc.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), limit, M,
                                    K, MC, group_m, diag, grid, stream);
 }
@@ -495,13 +435,13 @@ void rowcol(torch::Tensor x, torch::Tensor qr, torch::Tensor sr, torch::Tensor q
 }
 
 #else
-template __global__ void rowcol_persistent_kernel<128, 128, 128, ROWCOL_RING_STAGES>(const uint16_t*, uint8_t*, uint8_t*, uint8_t*,
+template __global__ void rowcol_persistent_kernel<128, 128, 128, 2>(const uint16_t*, uint8_t*, uint8_t*, uint8_t*,
     uint8_t*, const int*, int, int, int, int, int);
-template __global__ void rowcol_persistent_kernel<128, 128, 1, ROWCOL_RING_STAGES>(const uint16_t*, uint8_t*, uint8_t*, uint8_t*,
+template __global__ void rowcol_persistent_kernel<128, 128, 1, 2>(const uint16_t*, uint8_t*, uint8_t*, uint8_t*,
     uint8_t*, const int*, int, int, int, int, int);
-template __global__ void rowcol_persistent_kernel<32, 32, 128, ROWCOL_RING_STAGES>(const uint16_t*, uint8_t*, uint8_t*, uint8_t*,
+template __global__ void rowcol_persistent_kernel<32, 32, 128, 2>(const uint16_t*, uint8_t*, uint8_t*, uint8_t*,
     uint8_t*, const int*, int, int, int, int, int);
-template __global__ void rowcol_persistent_kernel<32, 32, 1, ROWCOL_RING_STAGES>(const uint16_t*, uint8_t*, uint8_t*, uint8_t*,
+template __global__ void rowcol_persistent_kernel<32, 32, 1, 2>(const uint16_t*, uint8_t*, uint8_t*, uint8_t*,
     uint8_t*, const int*, int, int, int, int, int);
 #endif
 }  // namespace
