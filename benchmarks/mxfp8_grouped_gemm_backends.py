@@ -35,6 +35,8 @@ Op rows ("fwd+bwd"): the whole autograd op forward + backward with every quantiz
   op_mx32_gluon_s28 (its quantizers launched as in session 28: 128 x 128 programs, 32-token columns at 4 warps)
   op_mx128_cutlass_tq, op_mx32_gluon_tq (TITAN_FP8_ROWCOL_QUANT=triton: the x / dO copies on the Triton kernel,
   as before session 30; the default rows take the CUDA one where it builds)
+  op_mx128_cutlass_qp2, op_mx32_gluon_qp2 (the CUDA quantizer on its persistent grid of 2 CTAs per SM, as in
+  sessions 30-43; the default rows launch one CTA per tile)
   op_mx128_cutlass_w1, op_mx128_deepgemm_w1 (benchmarks/mx128_op_variants.py: both weight copies from one read;
   the second with fprop / dgrad on DeepGEMM, listed where `import deep_gemm` works; each checked against
   op_mx128_cutlass before timing: a "check" row with the norm-wise rel. difference of out, dx, dw)
@@ -149,6 +151,20 @@ def with_quant_launch(fn, rule):
 
     def leave(before):
         quant_triton.rowcol_launch = before
+    return _held(fn, enter, leave)
+
+
+def with_rowcol_grid(fn, ctas_per_sm):
+    """fn with the CUDA rowcol quantizer on a persistent grid of ctas_per_sm CTAs per SM (quant_cuda.CTAS_PER_SM;
+    default 0: one CTA per tile)."""
+    from kernels.grouped_gemm import quant_cuda
+
+    def enter():
+        before, quant_cuda.CTAS_PER_SM = quant_cuda.CTAS_PER_SM, ctas_per_sm
+        return before
+
+    def leave(before):
+        quant_cuda.CTAS_PER_SM = before
     return _held(fn, enter, leave)
 
 
@@ -502,6 +518,7 @@ def op_rows(rec, experts, shape, rname, sizes, K, N, only="", cutlass_configs=()
     ops["op_mx32_gluon_s28"] = with_quant_launch(ops["op_mx32_gluon"], launch_rule_s28)
     for name in ("op_mx128_cutlass", "op_mx32_gluon"):  # the x / dO copies on the Triton kernel, as before s30
         ops[name + "_tq"] = with_env(ops[name], "TITAN_FP8_ROWCOL_QUANT", "triton")
+        ops[name + "_qp2"] = with_rowcol_grid(ops[name], 2)  # the CUDA quantizer's grid of sessions 30-43
     from benchmarks.mx128_op_variants import mx128_op_variant  # both weight copies from one read (+ DeepGEMM)
     ops["op_mx128_cutlass_w1"] = lambda x, w, o: mx128_op_variant(x, w, o, gemm="cutlass")
     try:

@@ -71,11 +71,14 @@ def main():
     ap.add_argument("--layouts", default=",".join(LAYOUT_NAMES.values()), help="of: " + ", ".join(LAYOUT_NAMES.values()))
     ap.add_argument("--group-m", default="", help="also the CUDA kernel with these tile orders (runs of G "
                     "128-token tiles, K-tile by K-tile; default 0: along K first), e.g. 4,8,16")
+    ap.add_argument("--persistent", default="", help="also the CUDA kernel on a persistent grid of N CTAs per SM "
+                    "(the default before session 44: 2), rows cuda_pN, e.g. 2,3")
     ap.add_argument("--diag", action="store_true", help="also the CUDA kernel without the column copy's data "
                     "stores (nocol), the row copy's (norow), either (nostore): diagnostics, wrong bytes")
     ap.add_argument("--base-src", default="", help="also another revision's rowcol_quant.cu (built as a second "
                     "extension; rows cuda_base), e.g. from `git show REV:kernels/grouped_gemm/cuda_quant/"
-                    "rowcol_quant.cu > /tmp/base/rowcol_quant.cu`")
+                    "rowcol_quant.cu > /tmp/base/rowcol_quant.cu`; a revision whose launcher takes ctas_per_sm "
+                    "(session 44 on)")
     ap.add_argument("--variant", action="append", default=[], help="also this tree's rowcol_quant.cu built with "
                     "defines, TAG=-DNAME[=V],-DNAME2 (rows cuda_TAG; repeatable), e.g. mb3=-DROWCOL_MIN_BLOCKS=3 (commit "
                     "3facba4), defer=-DROWCOL_DEFER_STORES=1 (commit bf358e3)")
@@ -118,6 +121,8 @@ def main():
                 cuda[f"cuda_{tag}"] = dict(ext=ext)
             for g in filter(None, args.group_m.split(",")):
                 cuda[f"cuda_g{g}"] = dict(group_m=int(g))
+            for n in filter(None, args.persistent.split(",")):
+                cuda[f"cuda_p{n}"] = dict(ctas_per_sm=int(n))
             for v, kw in cuda.items():
                 got = quant_cuda.rowcol(a, rb, cb, ct, lim, **kw)
                 if not all(torch.equal(p.reshape(-1).view(torch.uint8), q.reshape(-1).view(torch.uint8))

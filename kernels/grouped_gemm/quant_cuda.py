@@ -25,6 +25,9 @@ SOURCES = ("rowcol_quant.cu",)
 # (1x32 rows, 32-token x 128-feature x^T regions), mx32 dO (1x32 both ways)
 LAYOUTS = ((128, 128, 128), (128, 128, 1), (32, 32, 128), (32, 32, 1))
 _LOADED: dict = {}
+# The grid: 0 = one CTA per 128 x 128 tile (the default since session 44: 1.09-1.24x on an H200), N > 0 = a
+# persistent grid of N CTAs per SM walking the tiles (sessions 30-43). Benchmarks switch it for A/B timing.
+CTAS_PER_SM = 0
 
 
 def load():
@@ -34,7 +37,7 @@ def load():
 
 
 def load_source(path: str, tag: str, defines=()):
-    """Another revision's rowcol_quant.cu (same launcher signature), or this one with build-time `defines`
+    """Another revision's rowcol_quant.cu (same launcher signature: ctas_per_sm from session 44 on), or this one with build-time `defines`
     (-DNAME[=VALUE]), built as a separate extension, for A/B timing in one process (benchmarks/quant_rowcol_cuda.py
     --base-src / --variant)."""
     return build_extension("titan_fp8_rowcol_quant", os.path.dirname(os.path.abspath(path)),
@@ -66,12 +69,13 @@ def unsupported_reason(x: torch.Tensor, row_block: int, row_tile: int, col_block
 
 
 def rowcol(x: torch.Tensor, row_block: int, col_block: int, col_tile: int, limit: torch.Tensor | None = None,
-           group_m: int = 0, diag: int = 0, ext=None):
+           group_m: int = 0, diag: int = 0, ext=None, ctas_per_sm: int | None = None):
     """See the module docstring; x [M, K] or [1, M, K] (outputs shaped as x's rank). Raises ValueError naming what
     does not fit, CutlassUnavailable when the kernel cannot be built here. group_m: the tile order (0: along K
     first; G > 0: runs of G 128-token tiles, K-tile by K-tile; same bytes); diag (measurements only, WRONG
     bytes): 1 skips the column copy's data stores, 2 the row copy's. ext: the extension to launch (default load();
-    benchmarks time another revision's build, see load_source)."""
+    benchmarks time another revision's build, see load_source). ctas_per_sm: the grid (default CTAS_PER_SM; same
+    bytes either way)."""
     why = unsupported_reason(x, row_block, 1, col_block, col_tile, True, True)
     if why:
         raise ValueError(f"quant_cuda.rowcol: {why}")
@@ -87,7 +91,10 @@ def rowcol(x: torch.Tensor, row_block: int, col_block: int, col_tile: int, limit
     sr = torch.empty((M, K // 32), dtype=u8, device=dev)
     qc = torch.empty((K, MC), dtype=u8, device=dev)
     sc = torch.empty((K, MC // 32), dtype=u8, device=dev)
-    (ext or load()).rowcol(x2, qr, sr, qc, sc, limit, row_block, col_block, col_tile, group_m, diag)
+    ctas = CTAS_PER_SM if ctas_per_sm is None else ctas_per_sm
+    if not isinstance(ctas, int) or ctas < 0:
+        raise ValueError(f"quant_cuda.rowcol: ctas_per_sm = {ctas!r}; 0 (one CTA per tile) or a positive int")
+    (ext or load()).rowcol(x2, qr, sr, qc, sc, limit, row_block, col_block, col_tile, group_m, diag, ctas)
     f8 = torch.float8_e4m3fn
     out = (qr.view(f8), sr, qc.view(f8), sc)
     return out if x.ndim == 2 else tuple(t.unsqueeze(0) for t in out)

@@ -49,3 +49,21 @@ def test_launch_rule_s28_is_the_previous_rule():
     r = bench.launch_rule_s28
     assert r(1, 32, 1, True, True) == (128, 128, 4) and r(1, 32, 128, False, True) == (128, 128, 4)
     assert r(1, 128, 128, True, True) == (128, 128, 8)
+
+
+def test_rowcol_grid_is_held_over_the_backward_and_put_back():
+    """The _qp2 op rows (session 44): the CUDA quantizer's persistent grid of 2 CTAs per SM over forward AND
+    backward (the dO quantization runs in the backward), the default (0: one CTA per tile) afterwards."""
+    from kernels.grouped_gemm import quant_cuda
+    seen = []
+
+    class Out:
+        def backward(self, go):
+            seen.append(("bwd", quant_cuda.CTAS_PER_SM))
+
+    def op(x, w, offs):
+        seen.append(("fwd", quant_cuda.CTAS_PER_SM))
+        return Out()
+
+    bench.fwd_bwd(bench.with_rowcol_grid(op, 2), None, None, None, None)
+    assert seen == [("fwd", 2), ("bwd", 2)] and quant_cuda.CTAS_PER_SM == 0

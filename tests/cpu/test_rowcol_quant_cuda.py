@@ -154,3 +154,31 @@ def test_load_source_builds_a_variant_with_its_defines_under_its_own_name(monkey
     assert quant_cuda.load_source(quant_cuda.SOURCE_PATH, "v_mb3", ["-DROWCOL_MIN_BLOCKS=3"]) == "ext"
     assert got == dict(name="titan_fp8_rowcol_quant", src_dir=quant_cuda.SRC_DIR, sources=(quant_cuda.SOURCES[0],),
                        defines=("-DROWCOL_MIN_BLOCKS=3",), tag="v_mb3", cutlass=False)
+
+
+class _RecordingExt:
+    """What quant_cuda.rowcol hands the extension (no GPU here: the launch is recorded, not run)."""
+    def __init__(self):
+        self.args = None
+
+    def rowcol(self, *args):
+        self.args = args
+
+
+@pytest.mark.parametrize("given,launched", [(None, 0), (0, 0), (2, 2)])
+def test_grid_defaults_to_one_cta_per_tile(monkeypatch, given, launched):
+    """ctas_per_sm reaches the launcher as its last argument: CTAS_PER_SM (0, one CTA per tile: session 44's
+    default) unless the call names a persistent grid."""
+    monkeypatch.setattr(quant_cuda, "unsupported_reason", lambda *a: None)
+    ext = _RecordingExt()
+    x = torch.zeros(64, 64, dtype=torch.bfloat16)
+    quant_cuda.rowcol(x, 128, 128, 128, ext=ext, ctas_per_sm=given)
+    assert quant_cuda.CTAS_PER_SM == 0 and ext.args[-1] == launched
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5])
+def test_bad_grid_is_named(monkeypatch, bad):
+    monkeypatch.setattr(quant_cuda, "unsupported_reason", lambda *a: None)
+    with pytest.raises(ValueError, match=r"quant_cuda.rowcol: ctas_per_sm = "):
+        quant_cuda.rowcol(torch.zeros(64, 64, dtype=torch.bfloat16), 128, 128, 128, ext=_RecordingExt(),
+                          ctas_per_sm=bad)

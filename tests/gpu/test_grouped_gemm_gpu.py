@@ -137,8 +137,9 @@ def test_triton_blocked_quantizer_gpu_bit_identical(rb, cb, ct, tile, monkeypatc
 
 @pytest.mark.parametrize("rb,cb,ct", [(128, 128, 128), (128, 128, 1), (32, 32, 128), (32, 32, 1)])
 def test_cuda_rowcol_quantizer_bit_identical(rb, cb, ct, monkeypatch):
-    """The CUDA kernel (quant_cuda.py) == quant.py's PyTorch byte for byte, in both tile orders, and what
-    to_mxfp8_blocked_rowcol runs under TITAN_FP8_ROWCOL_QUANT=cuda (eager and compiled) is that kernel."""
+    """The CUDA kernel (quant_cuda.py) == quant.py's PyTorch byte for byte, in both tile orders and both grids (one
+    CTA per tile, persistent), and what to_mxfp8_blocked_rowcol runs under TITAN_FP8_ROWCOL_QUANT=cuda (eager and
+    compiled) is that kernel."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the CUDA rowcol quantizer is built for sm_90a")
     from grouped_gemm_gpu_helpers import rowcol_cases, rowcol_reference
@@ -152,6 +153,8 @@ def test_cuda_rowcol_quantizer_bit_identical(rb, cb, ct, monkeypatch):
         limit = None if lim is None else torch.tensor([lim], dtype=torch.int32, device="cuda")
         rd, rs, cd, cs = rowcol_reference(x, rb, cb, ct, lim)
         runs = {f"g{g}": quant_cuda.rowcol(x, rb, cb, ct, limit, group_m=g) for g in (0, 3)}
+        for g in (0, 3):  # the persistent grid (sessions 30-43; now an option): 2 CTAs per SM walk the tiles
+            runs[f"g{g} persistent"] = quant_cuda.rowcol(x, rb, cb, ct, limit, group_m=g, ctas_per_sm=2)
         runs["switch"] = to_mxfp8_blocked_rowcol(x, row_block=rb, col_block=cb, col_tile=ct, limit=limit)
         if name.startswith("5000"):  # one compiled case: a compile per shape
             runs["compiled"] = compiled(x, limit)

@@ -15,20 +15,16 @@
 //   - every scale is computed once per CTA and read back from shared memory (2 x LDS.128 per thread);
 //   - the column copy's conversions pair two TOKENS of one feature, so the transposed bytes come out of the cvt
 //     already in token order: one 8-byte shared store per feature, then 16-byte coalesced global stores;
-//   - the CTA is persistent with the next tile's loads in flight (cp.async) while it quantizes the current one.
-// ~14 SASS instructions per element against the Triton kernel's 22-32. What still bounds it (ncu, mx128 x
-// dsv3_up): DRAM 66% busy, 0.30 instructions issued per scheduler cycle, 0.6 eligible warps of 3.9 (2 CTAs per
-// SM at 127 registers). Without the copies' data stores it runs 0.42-0.44 ms (benchmark --diag) and its warps
-// wait 1.0 cycle per instruction on the long scoreboard; with them 3.3 (a store's source registers stay locked
-// while the memory system drains it) and 3.0 on the short one. Staging both copies in shared memory and sending
-// them with cp.async.bulk (one 128-byte copy per row, no stores from the warps, two tiles' loads in flight) gave
-// the same bytes at 0.96-1.02x this kernel's speed (session 31, issue10_s31/): the stores' cost is not their issue.
-// Session 44 (H200, issue10_s44/): reads and arithmetic alone take 0.30 ms at dsv3_up's x, each copy's stores add
-// ~0.18, the whole kernel 0.66-0.68 (a copy of x 0.44). A kernel that moves the same bytes in the same 128 x 128
-// tiles with no arithmetic (benchmarks/store_pattern_probe.py) takes 0.50-0.56 ms with 3+ CTAs per SM and 0.64 at
-// this kernel's 2; so part of the gap is the pattern, part the two CTAs per SM. Measured and dropped there (the -D
-// switches are in commit bf358e3): 3 ring stages 1.00x, the copies staged in the slot and stored during the next
-// tile's arithmetic (ROWCOL_DEFER_STORES) 0.98-1.02x, tile orders g4 / g16 0.99-1.02x; same bytes.
+//   - one CTA per tile (session 44): 1.08-1.24x the persistent grid of 2 CTAs per SM (sessions 30-43, kept as
+//     ctas_per_sm > 0), same bytes; see rowcol_persistent_kernel.
+// ~14 SASS instructions per element against the Triton kernel's 22-32. The stores (sessions 30-31, ncu on the
+// persistent grid, mx128 x dsv3_up: DRAM 66% busy, 0.30 instructions issued per scheduler cycle): without the
+// copies' data stores it runs 0.30 ms on an H200, each copy's stores add ~0.18 (benchmark --diag). Sending them
+// from shared memory with cp.async.bulk (session 31), staging both copies and storing them during the next tile's
+// arithmetic, 3 ring stages, tile orders (session 44; -D switches in commit bf358e3), streaming stores and
+// evict-first loads (session 40): all 0.9-1.02x, same bytes. What helped is letting the CTA exit: one CTA per
+// tile, 0.56 ms at dsv3_up's x (H200; a copy 0.44). A kernel that only moves the same bytes in the same tiles
+// (benchmarks/store_pattern_probe.py) takes 0.49 ms with ~8 CTAs per SM resident, 0.54 with 2.
 #include <cstdint>
 #include <algorithm>
 #include <climits>
@@ -309,10 +305,15 @@ __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_gr
 constexpr size_t RING_SLOT = size_t(8) * NT * sizeof(uint4);  // one tile: 32 KB
 constexpr size_t pipe_smem(int stages) { return sizeof(Smem) + stages * RING_SLOT; }
 
-// Two 256-thread CTAs per SM (127 registers), each walking tiles in tile_of's order with STAGES - 1 tiles' loads
-// in flight (cp.async into a per-thread
-// slot of a shared-memory ring: a thread reads back only what it copied) while the current one is quantized; the
-// column copy is transposed in the slot the tile came from (free once every thread holds its part in registers).
+// 256-thread CTAs, two per SM at 127 registers. Each walks tiles in tile_of's order (with a grid of one CTA per
+// tile, the default: just its own) with STAGES - 1 tiles' loads in flight (cp.async into a per-thread slot of a
+// shared-memory ring: a thread reads back only what it copied) while the current one is quantized; the column copy
+// is transposed in the slot the tile came from (free once every thread holds its part in registers).
+// Why one tile per CTA (session 44, H200, benchmarks/results/issue10_s44/): the persistent grid of 2 CTAs per SM
+// ran 0.69 ms at dsv3_up's x, one CTA per tile 0.56 (a copy 0.44). A kernel that only moves the same bytes
+// showed the same (benchmarks/store_pattern_probe.py: 0.64 ms looping at 2 CTAs per SM, 0.54 one tile per CTA at
+// 2 resident). Likely reason, not profiled: a CTA that exits frees its slot for a new tile's loads while its
+// stores drain; a looping CTA waits for them (its next loads queue behind its stores).
 template <int RB, int CB, int CT, int STAGES>
 __global__ void __launch_bounds__(NT, 2) rowcol_persistent_kernel(const uint16_t* __restrict__ x,
                                                                   uint8_t* __restrict__ qr, uint8_t* __restrict__ sr,
@@ -379,7 +380,8 @@ __global__ void __launch_bounds__(NT, 2) rowcol_persistent_kernel(const uint16_t
 #ifndef ROWCOL_KERNEL_ONLY
 template <int RB, int CB, int CT, int STAGES>
 void launch_persistent(const uint16_t* xp, uint8_t* qrp, uint8_t* srp, uint8_t* qcp, uint8_t* scp, const int* limit,
-                       int M, int K, int MC, int group_m, int diag, dim3 grid, cudaStream_t stream) {
+                       int M, int K, int MC, int group_m, int diag, int ctas_per_sm, dim3 grid,
+                       cudaStream_t stream) {
   static bool attr_set = false;  // per instantiation (and process: one device kind per run)
   if (!attr_set) {
     C10_CUDA_CHECK(cudaFuncSetAttribute(rowcol_persistent_kernel<RB, CB, CT, STAGES>,
@@ -390,26 +392,28 @@ void launch_persistent(const uint16_t* xp, uint8_t* qrp, uint8_t* srp, uint8_t* 
   C10_CUDA_CHECK(cudaGetDevice(&dev));
   C10_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int tiles = int(grid.x * grid.y);
-  rowcol_persistent_kernel<RB, CB, CT, STAGES><<<std::min(tiles, 2 * sms), NT, pipe_smem(STAGES), stream>>>(
+  const int ctas = ctas_per_sm > 0 ? std::min(tiles, ctas_per_sm * sms) : tiles;  // 0: one CTA per tile
+  rowcol_persistent_kernel<RB, CB, CT, STAGES><<<ctas, NT, pipe_smem(STAGES), stream>>>(
       xp, qrp, srp, qcp, scp, limit, M, K, MC, group_m, diag);
 }
 
 template <int RB, int CB, int CT>
 void launch(const torch::Tensor& x, torch::Tensor& qr, torch::Tensor& sr, torch::Tensor& qc, torch::Tensor& sc,
-            const int* limit, int group_m, int diag, cudaStream_t stream) {
+            const int* limit, int group_m, int diag, int ctas_per_sm, cudaStream_t stream) {
   const int M = x.size(0), K = x.size(1), MC = qc.size(1);
   const dim3 grid((MC + TM - 1) / TM, (K + TK - 1) / TK);
   // 2 stages (one tile in flight while one is quantized): 3 measured the same (H100, issue10_s30/)
   launch_persistent<RB, CB, CT, 2>(reinterpret_cast<const uint16_t*>(x.data_ptr()), qr.data_ptr<uint8_t>(),
                                    sr.data_ptr<uint8_t>(), qc.data_ptr<uint8_t>(), sc.data_ptr<uint8_t>(), limit, M,
-                                   K, MC, group_m, diag, grid, stream);
+                                   K, MC, group_m, diag, ctas_per_sm, grid, stream);
 }
 
 // x bf16 [M, K] contiguous (K % 32 == 0); outputs preallocated uint8: qr [M, K], sr [M, K/32], qc [K, MC],
-// sc [K, MC/32]; limit: int32 [1] on the device or None. The Python side (quant_cuda.py) checks with names.
+// sc [K, MC/32]; limit: int32 [1] on the device or None; ctas_per_sm 0: one CTA per tile, N > 0: a persistent grid
+// of N CTAs per SM. The Python side (quant_cuda.py) checks with names.
 void rowcol(torch::Tensor x, torch::Tensor qr, torch::Tensor sr, torch::Tensor qc, torch::Tensor sc,
             c10::optional<torch::Tensor> limit, int64_t rb, int64_t cb, int64_t ct, int64_t group_m,
-            int64_t diag) {
+            int64_t diag, int64_t ctas_per_sm) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kBFloat16);
   const int64_t M = x.size(0), K = x.size(1), MC = (M + 31) / 32 * 32;
   TORCH_CHECK(K % 32 == 0 && M * K < (int64_t(1) << 31) && K * MC < (int64_t(1) << 31));
@@ -425,10 +429,11 @@ void rowcol(torch::Tensor x, torch::Tensor qr, torch::Tensor sr, torch::Tensor q
   if (M == 0 || K == 0) return;
   c10::cuda::CUDAGuard guard(x.device());
   cudaStream_t stream = c10::cuda::getCurrentCUDAStream().stream();
-  if (rb == 128 && cb == 128 && ct == 128) launch<128, 128, 128>(x, qr, sr, qc, sc, lim, int(group_m), int(diag), stream);
-  else if (rb == 128 && cb == 128 && ct == 1) launch<128, 128, 1>(x, qr, sr, qc, sc, lim, int(group_m), int(diag), stream);
-  else if (rb == 32 && cb == 32 && ct == 128) launch<32, 32, 128>(x, qr, sr, qc, sc, lim, int(group_m), int(diag), stream);
-  else if (rb == 32 && cb == 32 && ct == 1) launch<32, 32, 1>(x, qr, sr, qc, sc, lim, int(group_m), int(diag), stream);
+  const int g = int(group_m), d = int(diag), c = int(ctas_per_sm);
+  if (rb == 128 && cb == 128 && ct == 128) launch<128, 128, 128>(x, qr, sr, qc, sc, lim, g, d, c, stream);
+  else if (rb == 128 && cb == 128 && ct == 1) launch<128, 128, 1>(x, qr, sr, qc, sc, lim, g, d, c, stream);
+  else if (rb == 32 && cb == 32 && ct == 128) launch<32, 32, 128>(x, qr, sr, qc, sc, lim, g, d, c, stream);
+  else if (rb == 32 && cb == 32 && ct == 1) launch<32, 32, 1>(x, qr, sr, qc, sc, lim, g, d, c, stream);
   else TORCH_CHECK(false, "rowcol quantizer (cuda): no kernel for row block ", rb, ", column block ", cb,
                    ", column tile ", ct);
   C10_CUDA_KERNEL_LAUNCH_CHECK();
