@@ -140,32 +140,27 @@ def with_schedule(fn, sched):
     return fn if sched is None else with_env(fn, SCHED_ENV, sched)
 
 
+def with_attr(fn, module, name, value):
+    """fn with module.name set to value over its forward and backward, put back afterwards."""
+    def enter():
+        before = getattr(module, name)
+        setattr(module, name, value)
+        return before
+    return _held(fn, enter, lambda before: setattr(module, name, before))
+
+
 def with_quant_launch(fn, rule):
     """fn with every to_mxfp8_blocked_rowcol launch configured by rule(row_tile, col_block, col_tile, do_row,
     do_col) -> (rows, columns per program, warps) in place of quant_triton.rowcol_launch: an earlier rule."""
     from kernels.grouped_gemm import quant_triton
-
-    def enter():
-        before, quant_triton.rowcol_launch = quant_triton.rowcol_launch, rule
-        return before
-
-    def leave(before):
-        quant_triton.rowcol_launch = before
-    return _held(fn, enter, leave)
+    return with_attr(fn, quant_triton, "rowcol_launch", rule)
 
 
 def with_rowcol_grid(fn, ctas_per_sm):
     """fn with the CUDA rowcol quantizer on a persistent grid of ctas_per_sm CTAs per SM (quant_cuda.CTAS_PER_SM;
     default 0: one CTA per tile)."""
     from kernels.grouped_gemm import quant_cuda
-
-    def enter():
-        before, quant_cuda.CTAS_PER_SM = quant_cuda.CTAS_PER_SM, ctas_per_sm
-        return before
-
-    def leave(before):
-        quant_cuda.CTAS_PER_SM = before
-    return _held(fn, enter, leave)
+    return with_attr(fn, quant_cuda, "CTAS_PER_SM", ctas_per_sm)
 
 
 def launch_rule_s28(row_tile, col_block, col_tile, do_row, do_col):
