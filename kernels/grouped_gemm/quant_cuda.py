@@ -25,7 +25,7 @@ SOURCES = ("rowcol_quant.cu",)
 # (1x32 rows, 32-token x 128-feature x^T regions), mx32 dO (1x32 both ways)
 LAYOUTS = ((128, 128, 128), (128, 128, 1), (32, 32, 128), (32, 32, 1))
 _LOADED: dict = {}
-# The grid: 0 = one CTA per 128 x 128 tile (the default since session 44: 1.09-1.24x on an H200), N > 0 = a
+# The grid: 0 = one CTA per 128 x 128 tile (the default since session 44: 1.08-1.24x on an H200), N > 0 = a
 # persistent grid of N CTAs per SM walking the tiles (sessions 30-43). Benchmarks switch it for A/B timing.
 CTAS_PER_SM = 0
 
@@ -37,8 +37,8 @@ def load():
 
 
 def load_source(path: str, tag: str, defines=()):
-    """Another revision's rowcol_quant.cu (same launcher signature: ctas_per_sm from session 44 on), or this one with build-time `defines`
-    (-DNAME[=VALUE]), built as a separate extension, for A/B timing in one process (benchmarks/quant_rowcol_cuda.py
+    """Another revision's rowcol_quant.cu (same launcher signature: ctas_per_sm from session 44 on), or this one
+    with build-time `defines` (-DNAME[=VALUE]), built as a separate extension, for A/B timing in one process (benchmarks/quant_rowcol_cuda.py
     --base-src / --variant)."""
     return build_extension("titan_fp8_rowcol_quant", os.path.dirname(os.path.abspath(path)),
                            (os.path.basename(path),), (), f"CUDA rowcol quantizer ({path})", defines=tuple(defines),
