@@ -38,8 +38,8 @@ def load():
 
 def load_source(path: str, tag: str, defines=()):
     """Another revision's rowcol_quant.cu (same launcher signature: ctas_per_sm from session 44 on), or this one
-    with build-time `defines` (-DNAME[=VALUE]), built as a separate extension, for A/B timing in one process (benchmarks/quant_rowcol_cuda.py
-    --base-src / --variant)."""
+    with build-time `defines` (-DNAME[=VALUE]), built as a separate extension, for A/B timing in one process
+    (benchmarks/quant_rowcol_cuda.py --base-src / --variant)."""
     return build_extension("titan_fp8_rowcol_quant", os.path.dirname(os.path.abspath(path)),
                            (os.path.basename(path),), (), f"CUDA rowcol quantizer ({path})", defines=tuple(defines),
                            cutlass=False, tag=tag)
