@@ -11,7 +11,8 @@ nothing else (each thread's stored words depend on its loads, so nothing is elid
   - the tile order (along K first, or along M first);
   - the column copy laid out as contiguous tile blobs ("blob": the same bytes with no transpose stride), the bound
     for any tile order.
-Beside them, in the same rounds: the real quantizer (mx128 x layout) and a plain copy of x's bytes.
+Beside them, in the same rounds: the real quantizer (mx128 x layout; its default grid, one CTA per tile since
+session 44, and with --set occupancy also its earlier persistent grid) and a plain copy of x's bytes.
 
     python benchmarks/store_pattern_probe.py [--shapes dsv3_up,llama_up] [--rounds 20] [--set patterns|occupancy]
 """
@@ -145,6 +146,9 @@ def main():
                            (3, " diag 3: no stores")):
             if diag == 0 or args.set == "occupancy":
                 fns[f"quantizer mx128 x (real){what}"] = [lambda d=diag: quant_cuda.rowcol(x, 128, 128, 128, diag=d)]
+        if args.set == "occupancy":  # the real quantizer on its pre-session-44 grid (the rows above: one CTA a tile)
+            fns["quantizer mx128 x (real) persistent 2/SM"] = [
+                lambda: quant_cuda.rowcol(x, 128, 128, 128, ctas_per_sm=2)]
         sms = torch.cuda.get_device_properties(0).multi_processor_count
         variants = []  # (tm, tk, pad, order, flags, grid, smem)
         if args.set == "patterns":
