@@ -1,6 +1,7 @@
 #!/bin/bash
-# Issue 10, prepared in session 44 (not yet run): the x / dO quantizer's one-CTA-per-tile grid (session 44's new
-# default, 1.08-1.24x the persistent grid of 2 CTAs per SM at the kernel) measured where the user pays:
+# Issue 10, prepared in session 44, run in session 45 (benchmarks/results/issue10_s45/call1_op_ab/): the x / dO
+# quantizer's one-CTA-per-tile grid (session 44's new default, 1.08-1.24x the persistent grid of 2 CTAs per SM at
+# the kernel) measured where the user pays:
 #   1. the GPU tests of the CUDA quantizer (both grids, byte for byte against quant.py), while CUTLASS builds;
 #   2. the whole mx128 / mx32 ops fwd+bwd, each with the new grid and with the old one (_qp2 rows: quant_cuda.
 #      CTAS_PER_SM = 2 over forward and backward), beside bf16 and torchao, round-robin, one run
