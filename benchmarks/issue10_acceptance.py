@@ -128,7 +128,10 @@ def report(path: str, meta: dict, verdicts: list[Verdict]) -> str:
             low = f"{lo[1]} {lo[2]} {lo[3]}"
         else:
             rng, low = "-", ""
-        miss = f"; missing: {', '.join(v.missing)}" if v.missing else ""
+        if not v.values:
+            miss = f"absent from this run (--ours / --ops without {v.line.variant})"
+        else:
+            miss = f"; missing: {', '.join(v.missing)}" if v.missing else ""
         out.append(f"  {v.line.name:22s} {v.line.bar:>5.2f}x {rng:>13s} {v.met:>2d}/{v.cells:<3d}  {low}{miss}"
                    + ("" if v.ok else "  MISSED"))
     out.append("  every line met" if all(v.ok for v in verdicts) else "  NOT every line met")

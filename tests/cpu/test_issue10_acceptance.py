@@ -64,6 +64,12 @@ def test_a_missing_cell_or_an_error_row_is_a_miss_named():
         f"{bad['shape']} {bad['routing']} dgrad (error: RuntimeError('boom'))"]
     text = acc.report("run.json", {}, list(verdicts.values()))
     assert "missing: dsv3_down skewed fwd+bwd" in text and "NOT every line met" in text
+    # a run without a variant (benchmark run with --ours "") names it once instead of listing 18 cells
+    verdicts = acc.judge([x for x in rows if x["variant"] != "mx32_gluon"])
+    absent = next(v for v in verdicts if v.line.name == "mx32 kernels")
+    assert len(absent.missing) == 18 and not absent.ok
+    line = next(ln for ln in acc.report("run.json", {}, verdicts).splitlines() if "mx32 kernels" in ln)
+    assert "absent from this run" in line and "mx32_gluon" in line and line.endswith("MISSED")
 
 
 def test_reads_the_json_file_and_the_log(tmp_path, capsys):
